@@ -59,9 +59,10 @@ def main() -> None:
 
     dev = root / "dev"
     mount("-t", "tmpfs", "-o", "mode=755", "tmpfs", str(dev))
-    for name, minor in (("null", 3), ("zero", 5), ("full", 7), ("random", 8), ("urandom", 9)):
-        os.mknod(dev / name, 0o20666, os.makedev(1, minor))
-    os.mknod(dev / "tty", 0o20666, os.makedev(5, 0))
+    for name, major, minor in (("null", 1, 3), ("zero", 1, 5), ("full", 1, 7), ("random", 1, 8),
+                               ("urandom", 1, 9), ("tty", 5, 0)):
+        os.mknod(dev / name, 0o20666, os.makedev(major, minor))
+        os.chmod(dev / name, 0o666)
     (dev / "pts").mkdir()
     (dev / "shm").mkdir()
     mount("-t", "devpts", "-o", "newinstance,ptmxmode=0666,mode=620", "devpts", str(dev / "pts"))

@@ -1,0 +1,10 @@
+"""Converge both Sparks: host preparation, identity, QSFP fabric, SSH trust, then verification.
+
+    pyinfra inventory.py deploy.py          # shows the changes, asks, applies, verifies
+    pyinfra --dry inventory.py deploy.py    # shows the changes only
+"""
+
+from pyinfra import local
+
+for task in ("host_prep", "identity", "fabric", "ssh_trust", "verify"):
+    local.include(f"tasks/{task}.py")

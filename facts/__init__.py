@@ -1,0 +1,1 @@
+"""Readings of the Sparks' state, one pyinfra fact per thing read."""

@@ -1,0 +1,18 @@
+"""Identity of cloned factory images: give the worker its own machine id (never the head)."""
+
+from pyinfra import host
+from pyinfra.operations import server
+
+from operations.identity import distinct_machine_id
+
+if host.data.role == "worker":
+    repair = distinct_machine_id(
+        name="Give the worker a machine id of its own",
+        peer_name=host.data.peer_name,
+        expected_hostname=host.data.expected_hostname,
+    )
+    if host.data.reboot_worker:
+        server.reboot(
+            name="Reboot the worker so every service picks up its new machine id",
+            _if=repair.did_change,
+        )
