@@ -3,12 +3,12 @@
     pyinfra inventory.py tasks/verify.py
 """
 
-from pyinfra import host, inventory
+from pyinfra import host
 
 from operations.verify import readiness
 
 if host.data.role == "head":
     readiness(
         name="Verify both nodes are ready to serve",
-        node_names=[node.name for node in inventory.iter_hosts() if node.data.role in ("head", "worker")],
+        node_names=[host.name, host.data.peer_name],
     )

@@ -5,7 +5,8 @@ own network, mount, UTS and PID namespaces, with sshd as PID 1. Like cloned fact
 both start with the same /etc/machine-id and the same SSH host keys. A bridge carries the
 management LAN (198.51.100.0/24); two veth pairs named as on a Spark are the QSFP cable.
 Emulated from real outputs: link speed in sysfs, the CX-7 RDMA sysfs tree (hwsync.py), a GB10
-nvidia-smi, unified-memory /proc/meminfo, the Ubuntu userns sysctl key, and `netplan apply`.
+nvidia-smi, unified-memory /proc/meminfo, the Ubuntu userns sysctl key, `netplan apply`, and
+an unlimited memlock, which this machine's kernel withholds (shim/memlock_shim.c).
 
     python3 tests/lab/lab.py up [--cable f0|f1]   # idempotent; writes $SPARKLAB_DIR/site.toml
     python3 tests/lab/lab.py down                 # removes namespaces, mounts, processes, links
@@ -48,6 +49,7 @@ RDMA_DEVICES = {
     "roceP2p1s0f1": "enP2p1s0f1np1",
 }
 GIB_KB = 1024 * 1024
+MEMLOCK_SHIM = HERE / "shim/memlock_shim.c"
 
 
 @dataclass(frozen=True)
@@ -100,7 +102,7 @@ def base_image() -> Path:
     """The cached factory image: debootstrap plus the lab's emulated GB10 tools."""
     factory_files = sorted(p for p in (HERE / "factory").rglob("*") if p.is_file())
     digest = hashlib.sha256(" ".join([SUITE, *PACKAGES, DEPLOY_USER]).encode())
-    for path in factory_files:
+    for path in [*factory_files, MEMLOCK_SHIM]:
         digest.update(path.read_bytes())
     base = CACHE_DIR / f"base-{digest.hexdigest()[:12]}"
     if (base / ".complete").exists():
@@ -115,6 +117,10 @@ def base_image() -> Path:
     for path in factory_files:
         target = building / path.relative_to(HERE / "factory")
         shutil.copy2(path, target)
+    shim = building / "usr/local/lib/sparklab/memlock_shim.so"
+    shim.parent.mkdir(parents=True)
+    run("gcc", "-shared", "-fPIC", "-O2", "-o", str(shim), str(MEMLOCK_SHIM), "-ldl")
+    (building / "etc/ld.so.preload").write_text("/usr/local/lib/sparklab/memlock_shim.so\n")
     run(*chroot, "useradd", "--create-home", "--shell", "/bin/bash", DEPLOY_USER)
     (building / "etc/sudoers.d/deploy").write_text(f"{DEPLOY_USER} ALL=(ALL) NOPASSWD:ALL\n")
     (building / "etc/ssh/sshd_config.d/lab.conf").write_text("UseDNS no\nPasswordAuthentication no\n")
