@@ -5,7 +5,7 @@ from __future__ import annotations
 import posixpath
 from io import StringIO
 
-from pyinfra import host, logger
+from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File, FileContents
 from pyinfra.operations.util.files import generate_color_diff
@@ -16,17 +16,19 @@ STAGING_DIR = "/run/dual-spark/netplan-check"
 
 
 @operation()
-def netplan_rails(path: str, content: str, rails: list[dict], management_address: str):
+def netplan_rails(path: str, content: str, rails: list[dict], mtu: int, management_address: str):
     """
     Install a netplan file for the fabric rails and apply it, only when it changed. The new
     file is first checked by the real ``netplan generate`` beside the node's other netplan
     files in a staging root, and never installed or applied if that fails. The previous
-    version is backed up next to it. Refuses a rail netdev that is absent or that carries the
-    management address.
+    version is backed up next to it. An unchanged file is applied again only when a rail's
+    live MTU or address drifted from it. Refuses a rail netdev that is absent or that carries
+    the management address.
 
     + path: the netplan file (mode 600)
     + content: its YAML
     + rails: the rails it configures (``netdev`` and ``cidr`` of each)
+    + mtu: the MTU it sets on them
     + management_address: the address pyinfra reaches this node on, never to be touched
 
     **Example:**
@@ -34,7 +36,7 @@ def netplan_rails(path: str, content: str, rails: list[dict], management_address
     .. code:: python
 
         netplan_rails(path="/etc/netplan/40-dual-spark.yaml", content=yaml, rails=rails,
-                      management_address="192.168.1.10")
+                      mtu=9000, management_address="192.168.1.10")
     """
     links = host.get_fact(NetLinks)
     for rail in rails:
@@ -46,8 +48,8 @@ def netplan_rails(path: str, content: str, rails: list[dict], management_address
         if any(address.split("/")[0] == management_address for address in links[netdev]["ipv4"]):
             raise OperationError(f"{host.name}: {netdev} carries the management address {management_address}; "
                                  "refusing to reconfigure it. Fix: name the CX-7 fabric interfaces in site.toml, not the LAN one.")
-    managed = {netdev: state for netdev, state in host.get_fact(NetworkManagerDevices).items()
-               if netdev in {rail["netdev"] for rail in rails} and state != "unmanaged"}
+    managed = {netdev: nm_state for netdev, nm_state in host.get_fact(NetworkManagerDevices).items()
+               if netdev in {rail["netdev"] for rail in rails} and nm_state != "unmanaged"}
     if managed:
         logger.warning(f"{host.print_prefix}NetworkManager manages {', '.join(managed)}: it may undo this netplan "
                        "file. Consider `nmcli device set <netdev> managed no`.")
@@ -57,11 +59,15 @@ def netplan_rails(path: str, content: str, rails: list[dict], management_address
     if current == desired:
         if (host.get_fact(File, path=path) or {}).get("mode") != 600:
             yield StringCommand("chmod", "600", QuoteString(path))
+        drift = live_drift(links, rails, mtu)
+        if drift:
+            host.log(f"{path} is up to date but the rails drifted ({'; '.join(drift)}): applying it again", logger.info)
+            yield "netplan apply"
         else:
-            host.noop(f"{path} is up to date")
+            host.noop(f"{path} is up to date and applied")
         return
 
-    if host.state.config.DIFF:
+    if state.config.DIFF:
         host.log(f"Will {'modify' if current else 'create'} {path}", logger.info)
         for line in generate_color_diff([line + "\n" for line in current or []], [line + "\n" for line in desired]):
             logger.info("  %s", line)
@@ -75,3 +81,15 @@ def netplan_rails(path: str, content: str, rails: list[dict], management_address
     yield StringCommand("install", "-m", "600", "-o", "root", "-g", "root", staged, QuoteString(path))
     yield "netplan apply"
     yield StringCommand("rm", "-rf", STAGING_DIR)
+
+
+def live_drift(links: dict, rails: list[dict], mtu: int) -> list[str]:
+    """How the rails' live MTU and addresses differ from what the netplan file sets."""
+    drift = []
+    for rail in rails:
+        link = links[rail["netdev"]]
+        if link["mtu"] != mtu:
+            drift.append(f"{rail['netdev']} MTU {link['mtu']}, not {mtu}")
+        if rail["cidr"] not in link["ipv4"]:
+            drift.append(f"{rail['netdev']} lacks {rail['cidr']}")
+    return drift

@@ -78,7 +78,7 @@ def rail_checks(name: str, data, facts: dict) -> list[Check]:
             fixes.append("reseat or replace the QSFP cable (a damaged or slower DAC negotiates down)")
         if link["mtu"] != data.fabric_mtu:
             problems.append(f"MTU {link['mtu']}, expected {data.fabric_mtu}")
-            fixes.append(f"run the deploy again; `ip link show {netdev}` must show mtu {data.fabric_mtu}")
+            fixes.append(f"run the deploy again (it re-applies the netplan file); `ip link show {netdev}` must show mtu {data.fabric_mtu}")
         if rail["cidr"] not in link["ipv4"]:
             problems.append(f"address {rail['cidr']} missing (has {', '.join(link['ipv4']) or 'none'})")
             fixes.append(f"run the deploy again and check `netplan get` on {name}")

@@ -15,5 +15,6 @@ netplan_rails(
         hostname=host.name, peer=host.data.peer_name, rails=host.data.rails, mtu=host.data.fabric_mtu,
     ),
     rails=host.data.rails,
+    mtu=host.data.fabric_mtu,
     management_address=host.data.ssh_hostname,
 )

@@ -317,6 +317,10 @@ class Lab:
                 if run("ip", "-n", node.netns, "link", "show", netdev, check=False, capture_output=True).returncode:
                     # A port with no cable: its far end is a veth that never comes up.
                     run("ip", "-n", node.netns, "link", "add", netdev, "type", "veth", "peer", "name", f"unplugged{index}")
+        # DGX OS brings every CX-7 port up; only the cabled ones get a carrier.
+        for node in (head, worker):
+            for netdev in cabled + loose:
+                run("ip", "-n", node.netns, "link", "set", netdev, "up")
 
     def _start_hwsync(self, node: Node) -> None:
         if pid_alive(node.dir / "hwsync.pid"):
