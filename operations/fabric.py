@@ -4,6 +4,9 @@ from __future__ import annotations
 
 import posixpath
 from io import StringIO
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
 
 from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
@@ -13,6 +16,16 @@ from pyinfra.operations.util.files import generate_color_diff
 from facts.fabric import NetLinks, NetworkManagerDevices
 
 STAGING_DIR = "/run/dual-spark/netplan-check"
+TEMPLATES = Environment(
+    loader=FileSystemLoader(Path(__file__).resolve().parents[1] / "templates"),
+    undefined=StrictUndefined,
+    keep_trailing_newline=True,
+)
+
+
+def render_netplan(hostname: str, peer: str, rails: list[dict], mtu: int) -> str:
+    """The fabric's netplan YAML from templates/fabric/netplan.yaml.j2."""
+    return TEMPLATES.get_template("fabric/netplan.yaml.j2").render(hostname=hostname, peer=peer, rails=rails, mtu=mtu)
 
 
 @operation()
