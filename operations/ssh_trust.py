@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from pyinfra import host, inventory
+from pyinfra import host, inventory, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.facts.server import Home
+
+from facts.fabric import NetLinks
 
 KEY_NAME = "id_ed25519"
 
@@ -67,24 +69,34 @@ def authorized_peer_key(user: str, peer_name: str):
 
 
 @operation()
-def known_peer_addresses(user: str, addresses: list[str]):
+def known_peer_addresses(user: str, rails: list[dict], peer_rails: list[dict]):
     """
-    Record the peer's SSH host key for each fabric address in ``user``'s known_hosts.
+    Record the peer's SSH host key at each of its fabric addresses in ``user``'s known_hosts.
+    A rail whose link is not up is skipped with a warning (verification says why).
 
     + user: the deploy user
-    + addresses: the peer's fabric addresses
+    + rails: this node's rails (``netdev`` of each)
+    + peer_rails: the peer's rails, in the same order (``address`` of each)
 
     **Example:**
 
     .. code:: python
 
-        known_peer_addresses(user="spark", addresses=["10.0.0.2", "10.0.1.2"])
+        known_peer_addresses(user="spark", rails=host.data.rails, peer_rails=host.data.peer_rails)
     """
     known_hosts = f"{_ssh_dir(user)}/known_hosts"
     known = {line.split()[0] for line in host.get_fact(FileContents, path=known_hosts) or [] if line.strip()}
-    missing = [address for address in addresses if address not in known]
+    links = host.get_fact(NetLinks)
+    missing = []
+    for rail, peer in zip(rails, peer_rails):
+        if peer["address"] in known:
+            continue
+        if links.get(rail["netdev"], {}).get("operstate") != "up":
+            logger.warning(f"{host.print_prefix}{rail['netdev']} is not up: {peer['address']} not scanned")
+            continue
+        missing.append(peer["address"])
     if not missing:
-        host.noop(f"{user} knows the peer's host key at {', '.join(addresses)}")
+        host.noop(f"{user} knows the peer's host key at its reachable fabric addresses")
         return
     yield _as_user(user, "mkdir", "-p", "-m", "700", QuoteString(_ssh_dir(user)))
     for address in missing:

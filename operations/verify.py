@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import click
@@ -66,11 +67,11 @@ def rail_checks(name: str, data, facts: dict) -> list[Check]:
         problems, fixes = [], []
         if link["operstate"] != "up":
             problems.append(f"link {link['operstate']}")
-            elsewhere = other_active_ports(rdma, configured)
+            elsewhere = active_ports_elsewhere(rdma, configured, netdev)
             if elsewhere:
                 fixes.append("the cable is in the other QSFP port: " + ", ".join(
                     f"{dev} ({'/'.join(rdma[dev]['netdevs'])}) is ACTIVE" for dev in elsewhere)
-                    + "; set those netdev/rdma names for this rail in site.toml, or move the cable")
+                    + "; name it for this rail in site.toml (netdev, rdma), or move the cable")
             else:
                 fixes.append("check the QSFP cable; plug it before boot or `echo 1 > /sys/bus/pci/rescan`")
         if link["speed_mbps"] != data.expected_link_speed_mbps and link["operstate"] == "up":
@@ -110,18 +111,28 @@ def rail_checks(name: str, data, facts: dict) -> list[Check]:
         if ping.get("received"):
             checks.append(Check(name, f"rail {index} jumbo ping", PASS, f"{size}-byte DF ping to {peer['address']} passes"))
         else:
+            fix = (f"set MTU {data.fabric_mtu} on both ends of rail {index} (`ip link show` on each node)"
+                   if link["operstate"] == "up" else "the rail has no link: see its link row")
             checks.append(Check(name, f"rail {index} jumbo ping", FAIL,
-                                f"{size}-byte DF ping to {peer['address']} fails ({ping.get('error') or 'no reply'})",
-                                f"set MTU {data.fabric_mtu} on both ends of rail {index} (`ip link show` on each node)"))
+                                f"{size}-byte DF ping to {peer['address']} fails ({ping.get('error') or 'no reply'})", fix))
     return checks
 
 
-def other_active_ports(rdma: dict, configured: set[str]) -> list[str]:
-    """RDMA devices with an ACTIVE port whose netdevs are not in the site file: the cable's real port."""
-    return sorted(
-        device for device, info in rdma.items()
+def active_ports_elsewhere(rdma: dict, configured: set[str], netdev: str) -> list[str]:
+    """RDMA devices with an ACTIVE port whose netdevs the site file does not name: where the
+    cable really is. Those on the same CX-7 controller as ``netdev`` come alone when present."""
+    active = [
+        device for device, info in sorted(rdma.items())
         if info["ports"].get("1", {}).get("state") == "ACTIVE" and not configured & set(info["netdevs"])
-    )
+    ]
+    controller = controller_of(netdev)
+    same = [device for device in active if any(controller_of(n) == controller for n in rdma[device]["netdevs"])]
+    return same or active
+
+
+def controller_of(netdev: str) -> str:
+    """The PCI part of a CX-7 netdev name: enp1s0f1np1 -> enp1s0."""
+    return re.sub(r"f\d+(np\d+)?$", "", netdev)
 
 
 def node_checks(name: str, data, facts: dict, peer_name: str, peer_facts: dict) -> list[Check]:

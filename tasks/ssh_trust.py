@@ -16,5 +16,6 @@ if host.data.role == "head":
     known_peer_addresses(
         name="Record the worker's host key at its fabric addresses",
         user=user,
-        addresses=[rail["address"] for rail in host.data.peer_rails],
+        rails=host.data.rails,
+        peer_rails=host.data.peer_rails,
     )
