@@ -145,7 +145,9 @@ class DfPing(FactBase[dict]):
         {"sent": 3, "received": 3, "error": None}
     """
 
-    default = dict
+    @staticmethod
+    def default() -> dict:
+        return {"sent": 0, "received": 0, "error": "ping is not installed"}
 
     def requires_command(self, netdev: str, address: str, size: int) -> str:
         return "ping"

@@ -28,3 +28,13 @@ def test_every_fact_has_a_fixture():
         for name, value in vars(module).items():
             if isinstance(value, type) and issubclass(value, FactBase) and value.__module__ == module.__name__:
                 assert f"{path.stem}.{name}" in covered, f"no fixture for facts.{path.stem}.{name}"
+
+
+def test_a_missing_tool_reads_as_absent_not_as_a_crash():
+    from facts.fabric import DfPing, NetworkManagerDevices
+    from facts.identity import SshHostKeyFingerprints
+
+    assert DfPing().requires_command(netdev="enp1s0f0np0", address="10.0.0.2", size=8972) == "ping"
+    assert DfPing.default()["error"] == "ping is not installed"
+    assert NetworkManagerDevices().requires_command() == "nmcli" and NetworkManagerDevices.default() == {}
+    assert SshHostKeyFingerprints().requires_command() == "ssh-keygen" and SshHostKeyFingerprints.default() == {}
