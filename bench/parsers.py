@@ -1,0 +1,110 @@
+"""Parsers for the real output of the tools the benchmarks run: ping, iperf3 (JSON),
+perftest's ib_write_bw, nccl-tests' all_reduce_perf, and Prometheus text from vLLM."""
+
+from __future__ import annotations
+
+import json
+import re
+
+NCCL_TARGET_BUS_GBPS = 21.875
+NCCL_TCP_FALLBACK_GBPS = 3.0
+
+PROMETHEUS_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def parse_prometheus(text: str) -> dict[str, float]:
+    """Every sample summed over its label sets: {"vllm:generation_tokens_total": 512.0}."""
+    totals: dict[str, float] = {}
+    for line in text.splitlines():
+        match = PROMETHEUS_SAMPLE.match(line)
+        if match and not line.startswith("#"):
+            try:
+                value = float(match.group(3))
+            except ValueError:
+                continue
+            totals[match.group(1)] = totals.get(match.group(1), 0.0) + value
+    return totals
+
+
+def parse_ping(text: str) -> dict:
+    """iputils ping summary: {"sent": 3, "received": 3, "loss_pct": 0.0, "rtt_avg_ms": 0.051}."""
+    result = {"sent": 0, "received": 0, "loss_pct": 100.0, "rtt_avg_ms": None, "error": None}
+    counts = re.search(r"(\d+) packets transmitted, (\d+) (?:packets )?received.*?([\d.]+)% packet loss", text)
+    if counts:
+        result.update(sent=int(counts.group(1)), received=int(counts.group(2)), loss_pct=float(counts.group(3)))
+    rtt = re.search(r"= [\d.]+/([\d.]+)/[\d.]+/[\d.]+ ms", text)
+    if rtt:
+        result["rtt_avg_ms"] = float(rtt.group(1))
+    error = re.search(r"^ping: (.+)$", text, flags=re.M)
+    if error:
+        result["error"] = error.group(1).strip()
+    return result
+
+
+def parse_iperf3(text: str) -> dict:
+    """iperf3 -J: sender and receiver Gb/s, retransmits, and whether it ran reversed."""
+    data = json.loads(text)
+    if "error" in data:
+        return {"error": data["error"]}
+    end = data["end"]
+    return {
+        "sent_gbps": round(end["sum_sent"]["bits_per_second"] / 1e9, 3),
+        "received_gbps": round(end["sum_received"]["bits_per_second"] / 1e9, 3),
+        "retransmits": end["sum_sent"].get("retransmits"),
+        "reverse": bool(data["start"]["test_start"].get("reverse")),
+        "streams": data["start"]["test_start"].get("num_streams"),
+        "error": None,
+    }
+
+
+def parse_ib_write_bw(text: str) -> dict:
+    """perftest ib_write_bw: device, GID index, MTU and the result rows, in Gb/s."""
+    result: dict = {"device": None, "gid_index": None, "mtu": None, "link_type": None, "rows": []}
+    for key, pattern in (("device", r"Device\s*:\s*(\S+)"), ("gid_index", r"GID index\s*:\s*(\d+)"),
+                         ("mtu", r"Mtu\s*:\s*(\d+)"), ("link_type", r"Link type\s*:\s*(\S+)")):
+        match = re.search(pattern, text)
+        if match:
+            result[key] = int(match.group(1)) if key in ("gid_index", "mtu") else match.group(1)
+    header = re.search(r"#bytes\s+#iterations\s+BW peak\[(\w+)/sec\]\s+BW average\[(\w+)/sec\]", text)
+    if not header:
+        result["error"] = "no result table"
+        return result
+    to_gbps = {"MB": 8 / 1000, "MiB": 8 * 1.048576 / 1000, "Gb": 1.0}[header.group(1)]
+    for match in re.finditer(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", text[header.end():], flags=re.M):
+        result["rows"].append({
+            "bytes": int(match.group(1)), "iterations": int(match.group(2)),
+            "peak_gbps": round(float(match.group(3)) * to_gbps, 2),
+            "average_gbps": round(float(match.group(4)) * to_gbps, 2),
+            "msg_rate_mpps": float(match.group(5)),
+        })
+    result["average_gbps"] = max((row["average_gbps"] for row in result["rows"]), default=None)
+    result["error"] = None if result["rows"] else "no result rows"
+    return result
+
+
+def parse_all_reduce_perf(text: str) -> dict:
+    """nccl-tests all_reduce_perf: per-size bus bandwidth, the average, and the two flags that
+    matter on two Sparks: below the published target, and the ~2 GB/s of a TCP fallback."""
+    rows = []
+    for match in re.finditer(
+        r"^\s+(\d+)\s+(\d+)\s+(\w+)\s+(\w+)\s+(-?\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s+(\S+)",
+        text, flags=re.M,
+    ):
+        rows.append({
+            "bytes": int(match.group(1)), "type": match.group(3), "redop": match.group(4),
+            "out_of_place_busbw_gbps": float(match.group(8)), "in_place_busbw_gbps": float(match.group(12)),
+            "wrong": match.group(9),
+        })
+    average = re.search(r"Avg bus bandwidth\s*:\s*([\d.]+)", text)
+    ranks = re.findall(r"Rank\s+\d+ Group\s+\d+ Pid\s+\d+ on\s+(\S+)", text)
+    avg = float(average.group(1)) if average else None
+    peak = max((max(r["out_of_place_busbw_gbps"], r["in_place_busbw_gbps"]) for r in rows), default=None)
+    return {
+        "hosts": sorted(set(ranks)),
+        "rows": rows,
+        "average_busbw_gbps": avg,
+        "peak_busbw_gbps": peak,
+        "below_target": avg is not None and avg < NCCL_TARGET_BUS_GBPS,
+        "tcp_fallback_suspected": peak is not None and peak < NCCL_TCP_FALLBACK_GBPS,
+        "error": None if rows and avg is not None else "no result table",
+    }

@@ -1,0 +1,54 @@
+"""Build a tiny Llama model for serving tests: random bf16 weights, a BPE tokenizer trained
+here with `tokenizers`, and a chat template. Runs in the vLLM environment (torch, transformers).
+
+    python tiny_model.py OUT_DIR
+"""
+
+import random
+import sys
+from pathlib import Path
+
+import torch
+from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
+from transformers import LlamaConfig, LlamaForCausalLM, PreTrainedTokenizerFast
+
+VOCAB = 2048
+CHAT_TEMPLATE = (
+    "{% for message in messages %}<|{{ message['role'] }}|>{{ message['content'] }}<|end|>{% endfor %}"
+    "{% if add_generation_prompt %}<|assistant|>{% endif %}"
+)
+SPECIAL = ["<unk>", "<s>", "</s>", "<|system|>", "<|user|>", "<|assistant|>", "<|end|>"]
+
+
+def corpus(lines: int = 4000):
+    """Deterministic English-like text: enough for a byte-level BPE of 2048 tokens."""
+    words = ("spark fabric rail link node head worker token model serve cable memory verify deploy "
+             "the a of to and in is it for on with as by at from this that be are was were").split()
+    rng = random.Random(0)
+    for _ in range(lines):
+        yield " ".join(rng.choice(words) for _ in range(rng.randint(5, 25))) + "."
+
+
+def build(out: Path) -> None:
+    out.mkdir(parents=True, exist_ok=True)
+    tokenizer = Tokenizer(models.BPE(unk_token="<unk>"))
+    tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+    tokenizer.decoder = decoders.ByteLevel()
+    tokenizer.train_from_iterator(corpus(), trainers.BpeTrainer(
+        vocab_size=VOCAB, special_tokens=SPECIAL, initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    fast = PreTrainedTokenizerFast(tokenizer_object=tokenizer, bos_token="<s>", eos_token="</s>", unk_token="<unk>")
+    fast.chat_template = CHAT_TEMPLATE
+    fast.save_pretrained(out)
+
+    torch.manual_seed(0)
+    config = LlamaConfig(
+        vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
+        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
+        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, torch_dtype="bfloat16",
+    )
+    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model.save_pretrained(out, safe_serialization=True)
+
+
+if __name__ == "__main__":
+    build(Path(sys.argv[1]))
