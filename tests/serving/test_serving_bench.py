@@ -1,0 +1,102 @@
+"""The serving benchmark against a real vLLM: its figures agree with vLLM's own counters."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from bench.prompts import make_prompt
+from bench.serving import Endpoint, run_benchmark, warm_up
+from tests.serving.conftest import API_KEY
+
+REPO = Path(__file__).resolve().parents[2]
+PROMPTS = [make_prompt(200), make_prompt(800)]
+MAX_TOKENS = 48
+
+
+@pytest.fixture(scope="module")
+def endpoint(vllm_server):
+    endpoint = Endpoint(vllm_server, "tiny", API_KEY)
+    warm_up(endpoint, PROMPTS[0])
+    return endpoint
+
+
+@pytest.fixture(scope="module")
+def measured(endpoint):
+    before = endpoint.metrics()
+    record = run_benchmark(endpoint, PROMPTS, [1, 4], groups=3, max_tokens=MAX_TOKENS, ignore_eos=True, show_progress=False)
+    after = endpoint.metrics()
+    return before, record, after
+
+
+def test_completion_tokens_match_vllm_metrics(measured):
+    before, record, after = measured
+    counted = sum(cell["completion_tokens"] for cell in record["cells"])
+    assert counted == after["vllm:generation_tokens_total"] - before["vllm:generation_tokens_total"]
+    assert counted == len(PROMPTS) * (3 * 1 + 3 * 4) * MAX_TOKENS
+    assert all(not cell["errors"] for cell in record["cells"])
+
+
+def test_prompt_tokens_come_from_the_server(measured):
+    before, record, after = measured
+    served = sum(r["prompt_tokens"] for cell in record["cells"] for r in cell["requests"])
+    assert served == after["vllm:prompt_tokens_total"] - before["vllm:prompt_tokens_total"]
+
+
+def test_four_concurrent_requests_beat_one(measured):
+    _, record, _ = measured
+    for prompt in PROMPTS:
+        c1, c4 = (next(c for c in record["cells"] if c["prompt"] == prompt.name and c["concurrency"] == n) for n in (1, 4))
+        assert c4["aggregate_tok_s"]["mean"] > c1["aggregate_tok_s"]["mean"]
+
+
+def test_acceptance_figures_match_metric_deltas(measured):
+    before, record, after = measured
+    spec = record["spec_decode"]
+    deltas = {key: after[f"vllm:spec_decode_num_{key}_total"] - before[f"vllm:spec_decode_num_{key}_total"]
+              for key in ("drafts", "draft_tokens", "accepted_tokens")}
+    assert deltas["drafts"] > 0, "ngram speculation proposed nothing: the counters did not move"
+    assert {key: spec[key] for key in deltas} == deltas
+    assert spec["acceptance_rate"] == pytest.approx(deltas["accepted_tokens"] / deltas["draft_tokens"])
+    assert spec["accepted_per_draft"] == pytest.approx(deltas["accepted_tokens"] / deltas["drafts"])
+
+
+def test_per_request_timings_are_consistent(measured):
+    _, record, _ = measured
+    for cell in record["cells"]:
+        for request in cell["requests"]:
+            assert 0 < request["ttft_s"] < request["duration_s"]
+            assert request["decode_tok_s"] > 0 and request["e2e_tok_s"] > 0
+        stats = cell["decode_tok_s"]
+        assert stats["n"] == len(cell["requests"]) and stats["p50"] <= stats["p95"]
+
+
+def run_cli(tmp_path, vllm_server, env_key):
+    env = {"PATH": "/usr/bin:/bin", **({"VLLM_API_KEY": env_key} if env_key else {})}
+    return subprocess.run(
+        [sys.executable, "-m", "bench.serving", "--url", vllm_server, "--model", "tiny", "--prompt-tokens", "300",
+         "--concurrency", "1,2", "--requests", "2", "--max-tokens", "16", "--profile", "cpu-tiny",
+         "--out", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+
+
+def test_cli_writes_raw_json_and_never_the_key(tmp_path, vllm_server):
+    result = run_cli(tmp_path, vllm_server, API_KEY)
+    assert result.returncode == 0, result.stderr
+    [raw] = tmp_path.glob("serving-cpu-tiny-*.json")
+    text = raw.read_text()
+    record = json.loads(text)
+    assert record["schema_version"] == 1 and record["profile"] == "cpu-tiny"
+    assert record["settings"]["max_tokens"] == 16 and record["settings"]["temperature"] == 0.0
+    assert record["cells"][0]["prompt_sha256"] == make_prompt(300).sha256
+    assert len(record["git_revision"]) >= 7
+    for output in (text, result.stdout, result.stderr):
+        assert API_KEY not in output
+
+
+def test_cli_without_the_key_says_so(tmp_path, vllm_server):
+    result = run_cli(tmp_path, vllm_server, None)
+    assert result.returncode != 0
+    assert "warm-up request failed" in result.stderr and "401" in result.stderr
