@@ -1,9 +1,11 @@
 """The serving benchmark against a real vLLM: its figures agree with vLLM's own counters."""
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
+from xml.etree import ElementTree
 
 import pytest
 
@@ -73,11 +75,11 @@ def test_per_request_timings_are_consistent(measured):
         assert stats["n"] == len(cell["requests"]) and stats["p50"] <= stats["p95"]
 
 
-def run_cli(tmp_path, vllm_server, env_key):
+def run_cli(tmp_path, vllm_server, env_key, profile="cpu-tiny"):
     env = {"PATH": "/usr/bin:/bin", **({"VLLM_API_KEY": env_key} if env_key else {})}
     return subprocess.run(
         [sys.executable, "-m", "bench.serving", "--url", vllm_server, "--model", "tiny", "--prompt-tokens", "300",
-         "--concurrency", "1,2", "--requests", "2", "--max-tokens", "16", "--profile", "cpu-tiny",
+         "--concurrency", "1,2", "--requests", "2", "--max-tokens", "16", "--profile", profile,
          "--out", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )
 
@@ -100,3 +102,27 @@ def test_cli_without_the_key_says_so(tmp_path, vllm_server):
     result = run_cli(tmp_path, vllm_server, None)
     assert result.returncode != 0
     assert "warm-up request failed" in result.stderr and "401" in result.stderr
+
+
+ARTIFACTS = Path(os.environ.get("SPARKLAB_ARTIFACTS", "/tmp/dual-spark-artifacts"))
+
+
+def test_report_compares_profiles_from_raw_json(tmp_path, vllm_server):
+    for profile in ("cpu-ngram-a", "cpu-ngram-b"):
+        result = run_cli(tmp_path, vllm_server, API_KEY, profile=profile)
+        assert result.returncode == 0, result.stderr
+    out = ARTIFACTS / "report"
+    result = subprocess.run([sys.executable, "-m", "bench.report", str(tmp_path), "--out", str(out)],
+                            cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    report = (out / "report.md").read_text()
+    header = next(line for line in report.splitlines() if line.startswith("| prompt"))
+    assert "cpu-ngram-a decode tok/s" in header and "cpu-ngram-b decode tok/s" in header
+    rows = [line for line in report.splitlines() if line.startswith("| 300 |")]
+    assert [row.split(" | ")[2] for row in rows] == ["1", "2"]
+    assert all("-" not in row.split(" | ")[3:] for row in rows), rows
+    for chart in ("c1_decode.svg", "c2_aggregate.svg", "ttft.svg"):
+        svg = ElementTree.parse(out / chart).getroot()
+        bars = [rect for rect in svg.iter("{http://www.w3.org/2000/svg}rect") if rect.get("height") not in (None, "12", "360")]
+        assert len(bars) == 2, chart  # one prompt, two profiles
+    print(f"report and charts for review: {out}")
