@@ -67,7 +67,8 @@ def parse_ib_write_bw(text: str) -> dict:
             result[key] = int(match.group(1)) if key in ("gid_index", "mtu") else match.group(1)
     header = re.search(r"#bytes\s+#iterations\s+BW peak\[(\w+)/sec\]\s+BW average\[(\w+)/sec\]", text)
     if not header:
-        result["error"] = "no result table"
+        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        result["error"] = "no result table" + (f": {lines[-1]}" if lines else "")
         return result
     to_gbps = {"MB": 8 / 1000, "MiB": 8 * 1.048576 / 1000, "Gb": 1.0}[header.group(1)]
     for match in re.finditer(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", text[header.end():], flags=re.M):

@@ -41,10 +41,14 @@ def connect(target: Target, known_hosts: str | None = None) -> paramiko.SSHClien
 
 def run(client: paramiko.SSHClient, command: str, timeout: float = 600) -> tuple[int, str]:
     """Run a command; its exit status and stdout+stderr."""
-    _, stdout, _ = client.exec_command(command, timeout=timeout, get_pty=False)
-    stdout.channel.set_combined_stderr(True)
-    output = stdout.read().decode(errors="replace")
-    return stdout.channel.recv_exit_status(), output
+    channel = client.get_transport().open_session(timeout=30)
+    channel.set_combine_stderr(True)
+    channel.settimeout(timeout)
+    channel.exec_command(command)
+    output = b""
+    while data := channel.recv(65536):
+        output += data
+    return channel.recv_exit_status(), output.decode(errors="replace")
 
 
 class LineStream:

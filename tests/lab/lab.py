@@ -276,6 +276,8 @@ class Lab:
         self._rdma_tree(node)
         run("ip", "netns", "add", node.netns)
         run("ip", "-n", node.netns, "link", "set", "lo", "up")
+        # As on Ubuntu (systemd's 50-default.conf): unprivileged ICMP echo sockets, so ping needs no capability.
+        run("ip", "netns", "exec", node.netns, "sysctl", "-q", "-w", "net.ipv4.ping_group_range=0 2147483647")
         run("ip", "link", "add", f"sl-{node.role}", "type", "veth", "peer", "name", "mgmt0", "netns", node.netns)
         run("ip", "link", "set", f"sl-{node.role}", "master", BRIDGE, "up")
         run("ip", "-n", node.netns, "addr", "add", f"{node.address}/24", "dev", "mgmt0")

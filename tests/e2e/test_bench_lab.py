@@ -1,0 +1,79 @@
+"""The benchmarks' remote parts against the lab: fabric benchmark, nvidia-smi telemetry over
+SSH, and the SSH tunnel to an API that listens on the head's loopback only."""
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from bench.remote import LineStream, Target, connect, forward
+from bench.serving import TELEMETRY_QUERY, telemetry_rows
+from tests.lab.lab import DEPLOY_USER, LAB_DIR, NODES, Lab
+
+REPO = Path(__file__).resolve().parents[2]
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")
+
+
+@pytest.fixture(scope="module")
+def converged_lab():
+    lab = Lab("f0")
+    lab.down()
+    lab.up()
+    env = {**os.environ, "DUAL_SPARK_SITE": str(LAB_DIR / "site.toml")}
+    result = subprocess.run([str(Path(sys.executable).parent / "pyinfra"), "-y", "inventory.py", "deploy.py"],
+                            cwd=REPO, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+    assert result.returncode == 0, result.stdout + result.stderr
+    yield lab
+    lab.down()
+
+
+def ssh(node):
+    return connect(Target(DEPLOY_USER, node.address, 22, str(LAB_DIR / "id_ed25519")), str(LAB_DIR / "known_hosts"))
+
+
+def test_fabric_benchmark_measures_what_the_lab_has(converged_lab, tmp_path):
+    result = subprocess.run(
+        [sys.executable, "-m", "bench.fabric", "--seconds", "1", "--out", str(tmp_path)], cwd=REPO,
+        env={**os.environ, "DUAL_SPARK_SITE": str(LAB_DIR / "site.toml")}, capture_output=True, text=True, timeout=300,
+    )
+    assert result.returncode == 0, result.stdout + result.stderr
+    [raw] = tmp_path.glob("fabric-*.json")
+    record = json.loads(raw.read_text())
+    assert [rail["head"] for rail in record["rails"]] == ["enp1s0f0np0", "enP2p1s0f0np0"]
+    for rail in record["rails"]:
+        assert rail["ping"]["size"] == 8972 and rail["ping"]["received"] == rail["ping"]["sent"] == 5
+        assert rail["iperf3_forward"]["received_gbps"] > 0 and rail["iperf3_forward"]["reverse"] is False
+        assert rail["iperf3_reverse"]["received_gbps"] > 0 and rail["iperf3_reverse"]["reverse"] is True
+        # The lab has the RDMA sysfs tree but no verbs device: perftest says so, and so does the record.
+        assert rail["ib_write_bw"]["error"].startswith("no result table")
+    assert "all_reduce_perf is not on the head's PATH" in record["nccl_all_reduce"]["skipped"]
+    kept = {path.name for path in Path(record["raw_output_dir"]).iterdir()}
+    assert {"ping-rail0.txt", "iperf3-rail1-reverse.txt", "ib_write_bw-rail0.txt"} <= kept
+
+
+def test_telemetry_keeps_gb10_na_memory_as_none(converged_lab):
+    with ssh(NODES["head"]) as client:
+        stream = LineStream(client, f"nvidia-smi --query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits -l 1")
+        time.sleep(2.5)
+        rows = telemetry_rows(stream.stop())
+    assert len(rows) >= 2
+    assert all(row["name"] == "NVIDIA GB10" and row["memory.used"] is None and row["temperature.gpu"] == 42.0 for row in rows)
+
+
+def test_tunnel_reaches_an_api_on_the_heads_loopback(converged_lab):
+    with ssh(NODES["head"]) as client:
+        server = LineStream(client, "cd /etc/netplan && exec python3 -m http.server --bind 127.0.0.1 8888")
+        try:
+            time.sleep(1)
+            with pytest.raises(requests.ConnectionError):
+                requests.get(f"http://{NODES['head'].address}:8888/", timeout=2)
+            with forward(client, "127.0.0.1", 8888) as port:
+                response = requests.get(f"http://127.0.0.1:{port}/", timeout=10)
+        finally:
+            server.stop()
+    assert response.status_code == 200 and "40-dual-spark.yaml" in response.text
