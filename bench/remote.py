@@ -4,7 +4,6 @@ and a local port forward to the head's loopback-only API."""
 from __future__ import annotations
 
 import select
-import socket
 import socketserver
 import threading
 from contextlib import contextmanager
@@ -117,8 +116,3 @@ def forward(client: paramiko.SSHClient, remote_host: str, remote_port: int):
         server.shutdown()
         server.server_close()
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]

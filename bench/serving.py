@@ -18,7 +18,6 @@ import json
 import os
 import statistics
 import subprocess
-import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -99,10 +98,10 @@ def stream_chat(endpoint: Endpoint, prompt: Prompt, max_tokens: int, ignore_eos:
             chunk = json.loads(line[6:])
             if chunk.get("usage"):
                 usage = chunk["usage"]
-            for choice in chunk.get("choices", []):
-                delta = choice.get("delta", {})
-                if delta.get("content") or delta.get("reasoning_content") or delta.get("reasoning"):
-                    token_times.append(time.perf_counter())
+            # Every chunk after the role announcement carries output, even an empty string
+            # (a token that detokenizes to nothing still took an engine step).
+            if any("role" not in choice.get("delta", {}) for choice in chunk.get("choices", [])):
+                token_times.append(time.perf_counter())
     return {"started": started, "ended": time.perf_counter(), "token_times": token_times, "usage": usage or {}}
 
 

@@ -7,7 +7,6 @@ from io import StringIO
 from pathlib import Path
 
 from jinja2 import Environment, FileSystemLoader, StrictUndefined
-
 from pyinfra import host, logger, state
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import File, FileContents

@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 import click
 from pyinfra import host, inventory
-from pyinfra.api import StringCommand, QuoteString, operation
+from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.server import Sysctl, Users, Which
 
 from facts.fabric import DfPing, NetLinks, RdmaDevices, roce_v2_gid_index
@@ -142,7 +142,7 @@ def node_checks(name: str, data, facts: dict, peer_name: str, peer_facts: dict) 
         checks.append(Check(name, "memlock (fresh login)", PASS, "unlimited"))
     else:
         checks.append(Check(name, "memlock (fresh login)", FAIL, f"{facts['memlock']} KiB",
-                            f"run the deploy again, then log in anew over OpenSSH (Tailscale SSH skips pam_limits)"))
+                            "run the deploy again, then log in anew over OpenSSH (Tailscale SSH skips pam_limits)"))
     if facts["userns"] is None:
         checks.append(Check(name, "userns sysctl", PASS, "kernel has no AppArmor userns key"))
     elif facts["userns"] == 0:

@@ -11,7 +11,6 @@ import pytest
 from operations.fabric import render_netplan
 from site_config import Rail
 
-
 NETPLAN = shutil.which("netplan") or "/usr/sbin/netplan"
 
 

@@ -4,8 +4,7 @@ from pathlib import Path
 
 import pytest
 
-from bench.parsers import (parse_all_reduce_perf, parse_ib_write_bw, parse_iperf3, parse_ping,
-                           parse_prometheus)
+from bench.parsers import parse_all_reduce_perf, parse_ib_write_bw, parse_iperf3, parse_ping, parse_prometheus
 
 FIXTURES = Path(__file__).parent / "fixtures"
 

@@ -2,7 +2,6 @@
 SSH, and the SSH tunnel to an API that listens on the head's loopback only."""
 
 import json
-import os
 import subprocess
 import sys
 import time
@@ -13,23 +12,15 @@ import requests
 
 from bench.remote import LineStream, Target, connect, forward
 from bench.serving import TELEMETRY_QUERY, telemetry_rows
-from tests.lab.lab import DEPLOY_USER, LAB_DIR, NODES, Lab
-
-REPO = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")
+from tests.e2e.conftest import LAB_ENV, REPO, pyinfra
+from tests.lab.lab import DEPLOY_USER, LAB_DIR, NODES
 
 
 @pytest.fixture(scope="module")
-def converged_lab():
-    lab = Lab("f0")
-    lab.down()
-    lab.up()
-    env = {**os.environ, "DUAL_SPARK_SITE": str(LAB_DIR / "site.toml")}
-    result = subprocess.run([str(Path(sys.executable).parent / "pyinfra"), "-y", "inventory.py", "deploy.py"],
-                            cwd=REPO, env=env, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-    assert result.returncode == 0, result.stdout + result.stderr
-    yield lab
-    lab.down()
+def converged_lab(lab):
+    result = pyinfra("-y")
+    assert result.returncode == 0, result.stdout
+    return lab
 
 
 def ssh(node):
@@ -39,7 +30,7 @@ def ssh(node):
 def test_fabric_benchmark_measures_what_the_lab_has(converged_lab, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "bench.fabric", "--seconds", "1", "--out", str(tmp_path)], cwd=REPO,
-        env={**os.environ, "DUAL_SPARK_SITE": str(LAB_DIR / "site.toml")}, capture_output=True, text=True, timeout=300,
+        env=LAB_ENV, capture_output=True, text=True, timeout=300,
     )
     assert result.returncode == 0, result.stdout + result.stderr
     [raw] = tmp_path.glob("fabric-*.json")

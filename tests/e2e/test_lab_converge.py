@@ -8,36 +8,14 @@ import hashlib
 import os
 import re
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
-from tests.lab.lab import LAB_DIR, NODES, Lab, base_image
+from tests.e2e.conftest import LAB_ENV, PYINFRA, REPO, pyinfra
+from tests.lab.lab import NODES, Lab, base_image
 
-REPO = Path(__file__).resolve().parents[2]
-PYINFRA = Path(sys.executable).parent / "pyinfra"
 HEAD, WORKER = NODES["head"], NODES["worker"]
-
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the lab needs root")
-
-
-@pytest.fixture(scope="module")
-def lab():
-    lab = Lab("f0")
-    lab.down()
-    lab.up()
-    yield lab
-    lab.down()
-
-
-def pyinfra(*args: str, task: str = "deploy.py") -> subprocess.CompletedProcess:
-    """Run the pyinfra CLI as a user would; stdout and stderr together."""
-    return subprocess.run(
-        [str(PYINFRA), *args, "inventory.py", task], cwd=REPO, stdin=subprocess.DEVNULL,
-        env={**os.environ, "DUAL_SPARK_SITE": str(LAB_DIR / "site.toml")},
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
-    )
 
 
 def converge(*args: str) -> subprocess.CompletedProcess:
@@ -157,8 +135,7 @@ def test_verification_names_node_rail_and_fix(lab, inject, restore, expected):
 
 def test_worker_crash_during_a_run_fails_clearly_and_a_rerun_converges(lab):
     run = subprocess.Popen(
-        [str(PYINFRA), "-y", "--data", "fabric_mtu=8000", "inventory.py", "deploy.py"], cwd=REPO,
-        env={**os.environ, "DUAL_SPARK_SITE": str(LAB_DIR / "site.toml")},
+        [str(PYINFRA), "-y", "--data", "fabric_mtu=8000", "inventory.py", "deploy.py"], cwd=REPO, env=LAB_ENV,
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
     output = []
