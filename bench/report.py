@@ -63,7 +63,8 @@ def markdown(runs: list[dict]) -> str:
     lines += ["", "| profile | drafts | acceptance | accepted per draft |", "|---|---|---|---|"]
     for run in runs:
         spec = run["spec_decode"]
-        lines.append(f"| {run['profile']} | {spec['drafts']:.0f} | {fmt(spec['acceptance_rate'] and spec['acceptance_rate'] * 100, 1)}% "
+        rate = spec["acceptance_rate"]
+        lines.append(f"| {run['profile']} | {spec['drafts']:.0f} | {'-' if rate is None else f'{rate:.1%}'} "
                      f"| {fmt(spec['accepted_per_draft'])} |")
     return "\n".join(lines) + "\n"
 
