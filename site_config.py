@@ -13,8 +13,6 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from pyinfra_cli.util import parse_cli_arg
-
 REPO = Path(__file__).resolve().parent
 SITE_ENV = "DUAL_SPARK_SITE"
 PLACEHOLDER = "CHANGE_ME"
@@ -104,6 +102,10 @@ def site_path() -> Path:
 
 def cli_data_overrides(argv: list[str]) -> dict:
     """The `--data key=value` pairs of a pyinfra command line, parsed as pyinfra does."""
+    # Imported here: pyinfra_cli monkey-patches the standard library with gevent on import,
+    # which only the pyinfra CLI (already running when inventory.py calls this) should do.
+    from pyinfra_cli.util import parse_cli_arg
+
     overrides = {}
     for i, arg in enumerate(argv):
         if arg == "--data" and i + 1 < len(argv):

@@ -11,6 +11,9 @@ from pyinfra.facts.files import Directory
 from pyinfra.facts.server import Sysctl
 from pyinfra.operations import apt, files
 
+# Ubuntu's AppArmor switch for unprivileged user namespaces (Codex CLI's bubblewrap sandbox).
+USERNS_KEY = "kernel.apparmor_restrict_unprivileged_userns"
+
 
 @operation()
 def tools_installed(packages: list[str]):

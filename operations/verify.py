@@ -15,8 +15,8 @@ from facts.gpu import GpuMemory
 from facts.identity import MachineIds, SshHostKeyFingerprints
 from facts.limits import LoginMemlock
 from facts.ssh_trust import SshLogin
+from operations.host_prep import USERNS_KEY
 
-USERNS_KEY = "kernel.apparmor_restrict_unprivileged_userns"
 PASS, FAIL, WARN = "PASS", "FAIL", "WARN"
 
 

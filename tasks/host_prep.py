@@ -3,9 +3,7 @@
 from pyinfra import host
 from pyinfra.operations import files, server
 
-from operations.host_prep import live_sysctl, systemd_manager_setting, tools_installed
-
-USERNS_KEY = "kernel.apparmor_restrict_unprivileged_userns"
+from operations.host_prep import USERNS_KEY, live_sysctl, systemd_manager_setting, tools_installed
 
 tools_installed(
     name="Install the fabric and host tools",
