@@ -69,6 +69,11 @@ def test_second_run_changes_nothing(lab):
     result = converge()
     assert result.returncode == 0, result.stdout
     assert changed_operations(result.stdout) == 0, result.stdout
+    dry = pyinfra("--dry")
+    assert dry.returncode == 0 and "Will " not in dry.stdout, dry.stdout
+    detected = dry.stdout.split("Detected changes:")[1].split("Detected changes may")[0]
+    rows = [line for line in detected.splitlines() if " | " in line]
+    assert len(rows) == 12 and all(re.search(r"\s-\s+-\s*$", row) for row in rows), detected
 
 
 def test_machine_id_is_repaired_on_the_worker_only(lab):
