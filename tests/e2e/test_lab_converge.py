@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.e2e.conftest import LAB_ENV, PYINFRA, REPO, pyinfra
-from tests.lab.lab import NODES, Lab, base_image
+from tests.lab.lab import LAB_DIR, NODES, Lab, base_image
 
 HEAD, WORKER = NODES["head"], NODES["worker"]
 
@@ -50,6 +50,19 @@ def tree_digest(root: Path) -> dict[str, str]:
 
 def node_file(node, path: str) -> str:
     return (node.root / path.lstrip("/")).read_text()
+
+
+def test_machine_id_repair_refuses_an_unexpected_hostname(lab, tmp_path):
+    """Run before the first converge, while both nodes still share the factory machine id."""
+    site = tmp_path / "site.toml"
+    site.write_text((LAB_DIR / "site.toml").read_text().replace('hostname = "spark-worker"', 'hostname = "spark-other"'))
+    result = subprocess.run([str(PYINFRA), "-y", "inventory.py", "deploy.py"], cwd=REPO, stdin=subprocess.DEVNULL,
+                            env={**LAB_ENV, "DUAL_SPARK_SITE": str(site)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert result.returncode != 0
+    assert "refusing to replace the machine id: the hostname is 'spark-worker', expected 'spark-other'" in result.stdout
+    factory_id = (base_image() / "etc/machine-id").read_text()
+    assert node_file(WORKER, "/etc/machine-id") == factory_id
+    assert not list((WORKER.root / "root").glob("machine-id.*.bak"))
 
 
 def test_fresh_converge_passes_verification(lab):
