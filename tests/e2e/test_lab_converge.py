@@ -66,8 +66,11 @@ def test_machine_id_repair_refuses_an_unexpected_hostname(lab, tmp_path):
 
 
 def test_fresh_converge_passes_verification(lab):
+    assert not (base_image() / "usr/bin/iperf3").exists()
     result = converge()
     assert result.returncode == 0, result.stdout
+    assert re.search(r"Install the fabric and host tools\s+2\s+2\s", result.stdout), result.stdout
+    assert all((node.root / "usr/bin/iperf3").exists() for node in NODES.values())
     assert re.search(r"readiness: (\d+) of \1 checks pass", result.stdout), result.stdout
     assert "Write and apply the QSFP netplan" in result.stdout
     for node, octet in ((HEAD, 1), (WORKER, 2)):

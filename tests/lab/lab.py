@@ -6,7 +6,9 @@ both start with the same /etc/machine-id and the same SSH host keys. A bridge ca
 management LAN (198.51.100.0/24); two veth pairs named as on a Spark are the QSFP cable.
 Emulated from real outputs: link speed in sysfs, the CX-7 RDMA sysfs tree (hwsync.py), a GB10
 nvidia-smi, unified-memory /proc/meminfo, the Ubuntu userns sysctl key, `netplan apply`, and
-an unlimited memlock, which this machine's kernel withholds (shim/memlock_shim.c).
+an unlimited memlock, which this machine's kernel withholds (shim/memlock_shim.c). The nodes'
+apt source is an offline mirror of the packages debootstrap fetched; iperf3 is left out of the
+image so that a fresh converge installs it.
 
     python3 tests/lab/lab.py up [--cable f0|f1]   # idempotent; writes $SPARKLAB_DIR/site.toml
     python3 tests/lab/lab.py down                 # removes namespaces, mounts, processes, links
@@ -36,6 +38,9 @@ PACKAGES = [
     "procps", "iputils-ping", "iperf3", "perftest", "rdma-core", "ibverbs-utils",
     "infiniband-diags", "python3-venv", "docker.io", "docker-cli",
 ]
+# Left out of the factory image (then served by its offline mirror) so that a fresh converge installs it.
+NOT_IN_FACTORY_IMAGE = ["iperf3"]
+OFFLINE_MIRROR = "/var/lib/sparklab-mirror"
 DEPLOY_USER = "spark"
 BRIDGE, BRIDGE_ADDRESS = "sparklab0", "198.51.100.1/24"
 CABLE_LAYOUTS = {
@@ -101,7 +106,7 @@ def debian_mirror() -> str:
 def base_image() -> Path:
     """The cached factory image: debootstrap plus the lab's emulated GB10 tools."""
     factory_files = sorted(p for p in (HERE / "factory").rglob("*") if p.is_file())
-    digest = hashlib.sha256(" ".join([SUITE, *PACKAGES, DEPLOY_USER]).encode())
+    digest = hashlib.sha256(" ".join([SUITE, *PACKAGES, *NOT_IN_FACTORY_IMAGE, DEPLOY_USER]).encode())
     for path in [*factory_files, MEMLOCK_SHIM]:
         digest.update(path.read_bytes())
     base = CACHE_DIR / f"base-{digest.hexdigest()[:12]}"
@@ -113,6 +118,8 @@ def base_image() -> Path:
     run("debootstrap", "--variant=minbase", f"--include={','.join(PACKAGES)}", SUITE, str(building),
         debian_mirror(), stdout=subprocess.DEVNULL)
     chroot = ("chroot", str(building))
+    offline_mirror(building)
+    run(*chroot, "dpkg", "--purge", *NOT_IN_FACTORY_IMAGE, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     run(*chroot, "dpkg-divert", "--local", "--rename", "--add", "/usr/sbin/netplan", stdout=subprocess.DEVNULL)
     for path in factory_files:
         target = building / path.relative_to(HERE / "factory")
@@ -128,6 +135,25 @@ def base_image() -> Path:
     (building / ".complete").touch()
     building.rename(base)
     return base
+
+
+def offline_mirror(root: Path) -> None:
+    """The nodes have no internet: their apt source becomes a local flat repository of the
+    packages debootstrap fetched, so the deploy's `apt-get update` and install run for real."""
+    repo = root / OFFLINE_MIRROR.lstrip("/")
+    repo.mkdir(parents=True)
+    stanzas = []
+    for deb in sorted((root / "var/cache/apt/archives").glob("*.deb")):
+        shutil.copy2(deb, repo / deb.name)
+        control = run("chroot", str(root), "dpkg-deb", "-f", f"{OFFLINE_MIRROR}/{deb.name}", capture_output=True).stdout
+        data = deb.read_bytes()
+        stanzas.append(control.strip() + f"\nFilename: ./{deb.name}\nSize: {len(data)}\nSHA256: {hashlib.sha256(data).hexdigest()}\n")
+    packages = "\n".join(stanzas).encode()
+    (repo / "Packages").write_bytes(packages)
+    (repo / "Release").write_text(f"Origin: sparklab\nLabel: sparklab\nSHA256:\n {hashlib.sha256(packages).hexdigest()} {len(packages)} Packages\n")
+    (root / "etc/apt/sources.list").write_text(f"deb [trusted=yes] file:{OFFLINE_MIRROR} ./\n")
+    shutil.rmtree(root / "var/lib/apt/lists")
+    (root / "var/lib/apt/lists/partial").mkdir(parents=True)
 
 
 def control_key() -> Path:
