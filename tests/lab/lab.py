@@ -197,8 +197,12 @@ class Lab:
     # -- life cycle ---------------------------------------------------------------------
 
     def up(self) -> Path:
+        layout = LAB_DIR / "cable"
+        if layout.exists() and layout.read_text() != self.cable and any(map(self.node_running, NODES.values())):
+            raise click.ClickException(f"the lab is up with the cable in {layout.read_text()}: bring it down first")
         base = base_image()
         key = control_key()
+        layout.write_text(self.cable)
         self._bridge()
         for node in NODES.values():
             if not self.node_running(node):
