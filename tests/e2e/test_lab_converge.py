@@ -168,7 +168,9 @@ def test_worker_crash_during_a_run_fails_clearly_and_a_rerun_converges(lab):
     run.wait(timeout=300)
     text = "".join(output)
     assert run.returncode != 0, text
-    assert re.search(r"\[spark-worker\].*(Error|error|Disconnected|failed)", text), text
+    # Depending on where the connection drops, pyinfra reports a failed command on the worker, or
+    # (paramiko's EOFError, pyinfra-dev/pyinfra#1220) an internal error naming the worker's host.
+    assert re.search(r"\[spark-worker\].*(Error|error|Disconnected|failed)|Host\(spark-worker\).*failed with EOFError", text), text
 
     lab.start_node(WORKER)
     result = converge()
