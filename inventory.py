@@ -10,9 +10,9 @@ from pyinfra.api.exceptions import InventoryError
 from site_config import SiteError, cli_data_overrides, load_site
 
 try:
-    _site = load_site(overrides=cli_data_overrides(sys.argv))
+    _groups = load_site(overrides=cli_data_overrides(sys.argv)).inventory_groups()
 except SiteError as error:
     raise InventoryError(str(error)) from None
 
-head = _site.inventory_groups()["head"]
-worker = _site.inventory_groups()["worker"]
+head = _groups["head"]
+worker = _groups["worker"]

@@ -41,7 +41,6 @@ class Rail:
             "netdev": self.netdev,
             "rdma": self.rdma,
             "address": str(self.address.ip),
-            "prefix": self.address.network.prefixlen,
             "cidr": str(self.address),
             "gid_index": self.gid_index,
         }

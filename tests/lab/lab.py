@@ -264,6 +264,8 @@ class Lab:
     # -- pieces -------------------------------------------------------------------------
 
     def write_site(self) -> Path:
+        """The site file a user of these two nodes would write: it names the f0 netdevs
+        whichever port the cable is in (--cable f1 is the user's cable in the other port)."""
         cabled = CABLE_LAYOUTS["f0"][0]
         rails = []
         for role, octet in (("head", 1), ("worker", 2)):
