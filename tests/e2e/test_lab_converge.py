@@ -121,6 +121,38 @@ def test_dry_run_shows_the_diff_and_changes_no_file(lab, override):
     assert after == before
 
 
+def test_a_rail_named_after_the_management_interface_is_refused(lab, tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text((LAB_DIR / "site.toml").read_text().replace('netdev = "enp1s0f0np0"', 'netdev = "mgmt0"', 1))
+    result = subprocess.run([str(PYINFRA), "inventory.py", "deploy.py"], cwd=REPO, stdin=subprocess.DEVNULL,
+                            env={**LAB_ENV, "DUAL_SPARK_SITE": str(site)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    assert result.returncode != 0
+    assert "mgmt0 carries the management address 198.51.100.11; refusing to reconfigure it" in result.stdout
+    assert "Beginning operation run" not in result.stdout
+
+
+def test_a_netplan_file_that_netplan_rejects_is_never_installed(lab):
+    """Another netplan file on the node is broken: `netplan generate` fails in the staging root,
+    so the new fabric file is neither installed nor applied, and the run says why."""
+    broken = WORKER.root / "etc/netplan/50-cloud-init.yaml"
+    broken.write_text("network:\n  version: 2\n  ethernets:\n    mgmt0:\n      addresses: [198.51.100.12/99]\n")
+    broken.chmod(0o600)
+    try:
+        result = converge("--data", "fabric_mtu=8000")
+        assert result.returncode != 0
+        assert "invalid prefix length" in result.stdout, result.stdout
+        assert "mtu: 9000" in node_file(WORKER, "/etc/netplan/40-dual-spark.yaml")
+        assert "mtu 9000" in subprocess.run(["ip", "-n", WORKER.netns, "link", "show", "enp1s0f0np0"],
+                                            capture_output=True, text=True).stdout
+        assert "198.51.100.12/24" in subprocess.run(["ip", "-n", WORKER.netns, "-4", "addr", "show", "mgmt0"],
+                                                    capture_output=True, text=True).stdout
+    finally:
+        broken.unlink()
+    result = converge()
+    assert result.returncode == 0, result.stdout
+    assert "mtu: 9000" in node_file(HEAD, "/etc/netplan/40-dual-spark.yaml")
+
+
 FAULTS = [
     ("slow link", lambda lab: lab.set_link_speed(HEAD, "enp1s0f0np0", 100000),
      lambda lab: lab.set_link_speed(HEAD, "enp1s0f0np0", 200000),
