@@ -50,7 +50,7 @@ def test_fabric_benchmark_measures_what_the_lab_has(converged_lab, tmp_path):
 def test_telemetry_keeps_gb10_na_memory_as_none(converged_lab):
     with ssh(NODES["head"]) as client:
         stream = LineStream(client, f"nvidia-smi --query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits -l 1")
-        time.sleep(2.5)
+        time.sleep(3.5)
         rows = telemetry_rows(stream.stop())
     assert len(rows) >= 2
     assert all(row["name"] == "NVIDIA GB10" and row["memory.used"] is None and row["temperature.gpu"] == 42.0 for row in rows)
@@ -60,11 +60,17 @@ def test_tunnel_reaches_an_api_on_the_heads_loopback(converged_lab):
     with ssh(NODES["head"]) as client:
         server = LineStream(client, "cd /etc/netplan && exec python3 -m http.server --bind 127.0.0.1 8888")
         try:
-            time.sleep(1)
+            with forward(client, "127.0.0.1", 8888) as port:
+                deadline = time.monotonic() + 20
+                while True:  # until the server is listening on the head's loopback
+                    try:
+                        response = requests.get(f"http://127.0.0.1:{port}/", timeout=10)
+                        break
+                    except requests.ConnectionError:
+                        assert time.monotonic() < deadline, "no answer through the tunnel in 20 s"
+                        time.sleep(0.3)
             with pytest.raises(requests.ConnectionError):
                 requests.get(f"http://{NODES['head'].address}:8888/", timeout=2)
-            with forward(client, "127.0.0.1", 8888) as port:
-                response = requests.get(f"http://127.0.0.1:{port}/", timeout=10)
         finally:
             server.stop()
     assert response.status_code == 200 and "40-dual-spark.yaml" in response.text
