@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-from io import StringIO
-
 from pyinfra import host
 from pyinfra.api import StringCommand, operation
 from pyinfra.facts.deb import DebPackages
@@ -38,24 +36,24 @@ def tools_installed(packages: list[str]):
 
 
 @operation()
-def systemd_manager_setting(path: str, content: str):
+def systemd_manager_setting(src: str, path: str):
     """
     Write a systemd manager drop-in (``/etc/systemd/system.conf.d/``) and re-execute
     systemd when it changed and systemd is running, so new services get the setting.
 
-    + path: the drop-in file
-    + content: its text
+    + src: the local drop-in file
+    + path: where it goes on the node
 
     **Example:**
 
     .. code:: python
 
         systemd_manager_setting(
+            src="files/host_prep/90-rdma-memlock.conf",
             path="/etc/systemd/system.conf.d/90-rdma-memlock.conf",
-            content="[Manager]\\nDefaultLimitMEMLOCK=infinity\\n",
         )
     """
-    changes = list(files.put._inner(src=StringIO(content), dest=path, mode="644", create_remote_dir=True))
+    changes = list(files.put._inner(src=src, dest=path, mode="644", create_remote_dir=True))
     yield from changes
     if changes and host.get_fact(Directory, path="/run/systemd/system"):
         yield "systemctl daemon-reexec"

@@ -41,9 +41,10 @@ def distinct_machine_id(peer_name: str, expected_hostname: str):
             "or set its hostname (hostnamectl set-hostname) and run again."
         )
     old = mine["etc"]
+    dbus_is_a_copy = mine["dbus"] and not mine["dbus_is_link"]
     backup = f"{BACKUP_DIR}/machine-id.{old}.bak"
     yield StringCommand("test", "-e", QuoteString(backup), "||", "cp", "-p", "/etc/machine-id", QuoteString(backup))
-    if mine["dbus"] and not mine["dbus_is_link"]:
+    if dbus_is_a_copy:
         dbus_backup = f"{BACKUP_DIR}/dbus-machine-id.{old}.bak"
         yield StringCommand("test", "-e", QuoteString(dbus_backup), "||", "cp", "-p", "/var/lib/dbus/machine-id", QuoteString(dbus_backup))
     yield "truncate -s 0 /etc/machine-id && systemd-machine-id-setup"
@@ -51,7 +52,7 @@ def distinct_machine_id(peer_name: str, expected_hostname: str):
         "test", '"$(cat /etc/machine-id)"', "!=", QuoteString(old), "||",
         "{", "echo", QuoteString("systemd-machine-id-setup gave the same id again"), ">&2;", "exit", "1;", "}",
     )
-    if mine["dbus"] and not mine["dbus_is_link"]:
+    if dbus_is_a_copy:
         yield "cp /etc/machine-id /var/lib/dbus/machine-id"
     logger.warning(f"{host.print_prefix}machine id {old} is shared with {peer_name}: a new one is written; "
                    "reboot this node afterwards (or run again with --data reboot_worker=true)")

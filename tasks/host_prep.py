@@ -26,8 +26,8 @@ files.put(
 
 systemd_manager_setting(
     name="Lift the memlock limit for systemd services",
+    src="files/host_prep/90-rdma-memlock.conf",
     path=host.data.memlock_systemd_path,
-    content=open("files/host_prep/90-rdma-memlock.conf").read(),
 )
 
 files.put(

@@ -218,11 +218,7 @@ class Lab:
     def down(self) -> None:
         for node in NODES.values():
             kill_pid_file(node.dir / "node.pid")
-            kill_pid_file(node.dir / "hwsync.pid")
-            quiet("ip", "netns", "del", node.netns)
-            quiet("ip", "link", "del", f"sl-{node.role}")
-            if node.root.is_mount():
-                run("umount", "--lazy", str(node.root))
+            self._remove_node(node)
         quiet("ip", "link", "del", BRIDGE)
         shutil.rmtree(LAB_DIR, ignore_errors=True)
 
