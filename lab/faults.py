@@ -1,0 +1,59 @@
+"""Faults the tests inject into a running lab, each the lab's form of something that happens to
+real Sparks. `python -m lab up` starts from the factory state, so none outlives the lab."""
+
+from __future__ import annotations
+
+import time
+
+from lab import hardware, network, nodes
+from lab.config import Node
+from lab.processes import in_node
+
+
+def slow_link(node: Node, netdev: str, mbps: int) -> None:
+    """A damaged or slower DAC negotiates down."""
+    hardware.set_link_speed(node, netdev, mbps)
+
+
+def set_mtu(node: Node, netdev: str, mtu: int) -> None:
+    network.set_mtu(node, netdev, mtu)
+
+
+def link(node: Node, netdev: str, up: bool) -> None:
+    """One rail's link going down (or up again), as when a CX-7 port loses its carrier."""
+    network.set_link(node, netdev, up)
+
+
+def port_down(node: Node, rdma: str, down: bool) -> None:
+    fault = hardware.port_down_fault(node, rdma)
+    fault.touch() if down else fault.unlink(missing_ok=True)
+    time.sleep(1)  # hwsync.py applies it
+
+
+def available_memory(node: Node, gib: float) -> None:
+    hardware.set_available_memory(node, gib)
+
+
+def crash(node: Node) -> None:
+    """The node dies at once (kernel panic, power cut); `nodes.boot` starts it again."""
+    nodes.stop(node)
+
+
+def kill(node: Node, pattern: str, signal: str = "KILL") -> bool:
+    """Kill the node's processes whose command line matches ``pattern``; whether any matched."""
+    return in_node(node.dir, "pkill", f"-{signal}", "-f", pattern, check=False).returncode == 0
+
+
+def restart_docker(node: Node) -> None:
+    """`systemctl restart docker`: dockerd stops (its containers with it) and starts again."""
+    in_node(node.dir, "sh", "-c", "kill -TERM $(cat /run/docker.pid)")
+
+
+def small_disk(node: Node, path: str, size: str) -> None:
+    """A nearly full disk under ``path`` on the node (a tmpfs of ``size``, e.g. "16m")."""
+    in_node(node.dir, "mkdir", "-p", path)
+    in_node(node.dir, "mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path)
+
+
+def free_disk(node: Node, path: str) -> None:
+    in_node(node.dir, "umount", path, check=False)
