@@ -2,22 +2,36 @@
 
 from __future__ import annotations
 
+from typing import TypedDict
+
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
 
-class LoginMemlock(FactBase[str]):
+class Memlock(TypedDict):
+    limit: str | None
+    unreadable: list[str]
+
+
+class LoginMemlock(FactBase[Memlock]):
     """
-    ``ulimit -l`` of a fresh login of ``user`` (sudo -i goes through pam_limits, as an
-    OpenSSH login does): ``"unlimited"`` or a size in KiB. Sessions opened before a limits
-    change keep the old value, and Tailscale SSH bypasses pam_limits altogether.
+    ``ulimit -l`` of a fresh login of ``user`` (sudo -i goes through pam_limits, as an OpenSSH
+    login does): "unlimited" or a size in KiB; None if it could not be read. Sessions opened
+    before a limits change keep the old value, and Tailscale SSH bypasses pam_limits altogether.
 
     .. code:: python
 
-        "unlimited"
+        {"limit": "unlimited", "unreadable": []}
     """
+
+    @staticmethod
+    def default() -> Memlock:
+        return {"limit": None, "unreadable": []}
 
     def command(self, user: str) -> StringCommand:
         return StringCommand("sudo", "-n", "-i", "-u", QuoteString(user), "sh", "-c", "'ulimit -l'", "2>/dev/null", "||", "true")
 
-    def process(self, output: list[str]) -> str:
-        return output[-1].strip() if output else "unknown"
+    def process(self, output: list[str]) -> Memlock:
+        values = [line.strip() for line in output if line.strip()]
+        if values and (values[-1] == "unlimited" or values[-1].isdigit()):
+            return {"limit": values[-1], "unreadable": []}
+        return {"limit": None, "unreadable": values}

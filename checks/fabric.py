@@ -1,0 +1,100 @@
+"""Rules for the rails: link, RoCE port and GID, jumbo-frame reachability; where the cable is."""
+
+from __future__ import annotations
+
+import re
+
+from checks import FAIL, PASS, Check
+from facts.fabric import RdmaDevice, roce_v2_gid_index
+
+
+def rail_checks(name: str, data, readings: dict) -> list[Check]:
+    """Link, RoCE port and jumbo-frame reachability of each rail of one node."""
+    checks = []
+    links, rdma = readings["links"]["links"], readings["rdma"]["devices"]
+    configured = {rail["netdev"] for rail in data.rails}
+    pings = readings["pings"] + [None] * (len(data.rails) - len(readings["pings"]))
+    for index, (rail, peer, ping) in enumerate(zip(data.rails, data.peer_rails, pings)):
+        netdev, label = rail["netdev"], f"rail {index} {rail['netdev']}"
+        link = links.get(netdev)
+        if link is None:
+            checks.append(Check(name, f"{label} link", FAIL, "no such netdev",
+                                "set the rail's netdev in site.toml to a CX-7 interface (ip -br link)"))
+            continue
+        checks.append(link_check(name, label, data, rail, link, rdma, configured))
+        checks.append(roce_check(name, index, netdev, rail, rdma))
+        checks.append(ping_check(name, index, data, peer, ping, link))
+    return checks
+
+
+def link_check(name: str, label: str, data, rail: dict, link: dict, rdma: dict, configured: set[str]) -> Check:
+    problems, fixes = [], []
+    netdev = rail["netdev"]
+    if link["operstate"] != "up":
+        problems.append(f"link {link['operstate']}")
+        elsewhere = active_ports_elsewhere(rdma, configured, netdev)
+        if elsewhere:
+            fixes.append("the cable is in the other QSFP port: " + ", ".join(
+                f"{dev} ({'/'.join(rdma[dev]['netdevs'])}) is ACTIVE" for dev in elsewhere)
+                + "; name it for this rail in site.toml (netdev, rdma), or move the cable")
+        else:
+            fixes.append("check the QSFP cable; plug it before boot or `echo 1 > /sys/bus/pci/rescan`")
+    elif link["speed_mbps"] != data.expected_link_speed_mbps:
+        problems.append(f"{link['speed_mbps']} Mb/s, expected {data.expected_link_speed_mbps}")
+        fixes.append("reseat or replace the QSFP cable (a damaged or slower DAC negotiates down)")
+    if link["mtu"] != data.fabric_mtu:
+        problems.append(f"MTU {link['mtu']}, expected {data.fabric_mtu}")
+        fixes.append(f"run the deploy again (it re-applies the netplan file); `ip link show {netdev}` must show mtu {data.fabric_mtu}")
+    if rail["cidr"] not in link["ipv4"]:
+        problems.append(f"address {rail['cidr']} missing (has {', '.join(link['ipv4']) or 'none'})")
+        fixes.append(f"run the deploy again and check `netplan get` on {name}")
+    return Check(name, f"{label} link", FAIL if problems else PASS,
+                 "; ".join(problems) or f"up, {link['speed_mbps']} Mb/s, MTU {link['mtu']}, {rail['cidr']}", "; ".join(fixes))
+
+
+def roce_check(name: str, index: int, netdev: str, rail: dict, rdma: dict) -> Check:
+    item = f"rail {index} {rail['rdma']} RoCE"
+    port = rdma.get(rail["rdma"], {}).get("ports", {}).get("1")
+    gid_index = roce_v2_gid_index(rdma, rail["rdma"], rail["address"])
+    if port is None:
+        present = ", ".join(sorted(rdma)) or "none"
+        return Check(name, item, FAIL, f"no such RDMA device (present: {present})",
+                     "set the rail's rdma in site.toml (ls /sys/class/infiniband)")
+    if port["state"] != "ACTIVE":
+        return Check(name, item, FAIL, f"port {port['state']} ({port['phys_state']})",
+                     f"check the cable and `ibv_devinfo -d {rail['rdma']}`; the port must be PORT_ACTIVE")
+    if gid_index is None:
+        return Check(name, item, FAIL, f"no RoCE v2 GID for {rail['address']}",
+                     f"the GID appears once {rail['address']} is on {netdev}: fix the link row first")
+    if rail["gid_index"] not in ("auto", gid_index):
+        return Check(name, item, FAIL, f"RoCE v2 GID of {rail['address']} is index {gid_index}, site.toml pins {rail['gid_index']}",
+                     f"set gid_index = {gid_index} (or \"auto\") for this rail")
+    return Check(name, item, PASS, f"ACTIVE, {port['rate']}, RoCE v2 GID index {gid_index}")
+
+
+def ping_check(name: str, index: int, data, peer: dict, ping: dict | None, link: dict) -> Check:
+    size = data.fabric_mtu - 28
+    item = f"rail {index} jumbo ping"
+    if ping and ping["received"]:
+        return Check(name, item, PASS, f"{size}-byte DF ping to {peer['address']} passes")
+    error = (ping or {}).get("error") or "no reply"
+    fix = (f"set MTU {data.fabric_mtu} on both ends of rail {index} (`ip link show` on each node)"
+           if link["operstate"] == "up" else "the rail has no link: see its link row")
+    return Check(name, item, FAIL, f"{size}-byte DF ping to {peer['address']} fails ({error})", fix)
+
+
+def active_ports_elsewhere(rdma: dict[str, RdmaDevice], configured: set[str], netdev: str) -> list[str]:
+    """RDMA devices with an ACTIVE port whose netdevs the site file does not name: where the
+    cable really is. Those on the same CX-7 controller as ``netdev`` come alone when present."""
+    active = [
+        device for device, info in sorted(rdma.items())
+        if info["ports"].get("1", {}).get("state") == "ACTIVE" and not configured & set(info["netdevs"])
+    ]
+    controller = controller_of(netdev)
+    same = [device for device in active if any(controller_of(n) == controller for n in rdma[device]["netdevs"])]
+    return same or active
+
+
+def controller_of(netdev: str) -> str:
+    """The PCI part of a CX-7 netdev name: enp1s0f1np1 -> enp1s0."""
+    return re.sub(r"f\d+(np\d+)?$", "", netdev)

@@ -1,0 +1,163 @@
+"""Readings for host preparation: packages, a user's groups, managed files, a sysctl."""
+
+from __future__ import annotations
+
+import re
+from typing import TypedDict
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+
+from facts.combine import read_lines
+
+SHA256 = re.compile(r"^[0-9a-f]{64}$")
+
+
+class Packages(TypedDict):
+    installed: list[str]
+    missing: list[str]
+    unreadable: list[str]
+
+
+class PackageStatus(FactBase[Packages]):
+    """
+    Which of ``packages`` dpkg has installed, and which are missing.
+
+    .. code:: python
+
+        {"installed": ["rsync"], "missing": ["iperf3"], "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Packages:
+        return {"installed": [], "missing": [], "unreadable": []}
+
+    def command(self, packages: list[str]) -> StringCommand:
+        return StringCommand(
+            "for p in", *(QuoteString(p) for p in packages), "; do",
+            's=$(dpkg-query -W -f=\'${db:Status-Status}\' "$p" 2>/dev/null); echo "$p ${s:-not-installed}"; done',
+        )
+
+    def process(self, output: list[str]) -> Packages:
+        reading = self.default()
+
+        def parse(line: str) -> None:
+            package, status = line.split()
+            reading["installed" if status == "installed" else "missing"].append(package)
+
+        reading["unreadable"] = read_lines(output, parse)
+        return reading
+
+
+class Account(TypedDict):
+    exists: bool
+    uid: int | None
+    groups: list[str]
+    unreadable: list[str]
+
+
+class UserGroups(FactBase[Account]):
+    """
+    Whether ``user`` exists, its uid, and its groups (as a new login gets them).
+
+    .. code:: python
+
+        {"exists": True, "uid": 1000, "groups": ["spark", "docker"], "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Account:
+        return {"exists": False, "uid": None, "groups": [], "unreadable": []}
+
+    def command(self, user: str) -> StringCommand:
+        return StringCommand("id", "-u", QuoteString(user), "2>/dev/null", "&&", "id", "-nG", QuoteString(user),
+                             "||", "echo", "no-such-user")
+
+    def process(self, output: list[str]) -> Account:
+        lines = [line.strip() for line in output if line.strip()]
+        if lines == ["no-such-user"]:
+            return self.default()
+        if len(lines) == 2 and lines[0].isdigit():
+            return {"exists": True, "uid": int(lines[0]), "groups": lines[1].split(), "unreadable": []}
+        return {**self.default(), "unreadable": lines}
+
+
+class FileInfo(TypedDict):
+    kind: str
+    mode: str | None
+    owner: str | None
+    sha256: str | None
+
+
+class Files(TypedDict):
+    files: dict[str, FileInfo]
+    unreadable: list[str]
+
+
+class FileDigests(FactBase[Files]):
+    """
+    For each path: a file (mode, owner, SHA-256), a directory, or absent. One round trip for
+    every file an operation manages.
+
+    .. code:: python
+
+        {"files": {"/etc/security/limits.d/99-rdma.conf": {"kind": "file", "mode": "644", "owner": "root:root",
+                                                          "sha256": "9f86d0..."},
+                   "/run/systemd/system": {"kind": "directory", "mode": None, "owner": None, "sha256": None}},
+         "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Files:
+        return {"files": {}, "unreadable": []}
+
+    def command(self, paths: list[str]) -> StringCommand:
+        return StringCommand(
+            "for p in", *(QuoteString(p) for p in paths), "; do",
+            'if [ -f "$p" ]; then echo "file $(stat -c \'%a %U:%G\' "$p") $(sha256sum < "$p" | cut -c1-64) $p";',
+            'elif [ -d "$p" ]; then echo "directory $p"; else echo "absent $p"; fi; done',
+        )
+
+    def process(self, output: list[str]) -> Files:
+        files: dict[str, FileInfo] = {}
+
+        def parse(line: str) -> None:
+            kind, rest = line.split(" ", 1)
+            if kind == "file":
+                mode, owner, sha256, path = rest.split(" ", 3)
+                if not mode.isdigit() or ":" not in owner or not SHA256.match(sha256):
+                    raise ValueError(line)
+                files[path] = {"kind": "file", "mode": mode, "owner": owner, "sha256": sha256}
+            elif kind in ("directory", "absent") and rest.startswith("/"):
+                files[rest] = {"kind": kind, "mode": None, "owner": None, "sha256": None}
+            else:
+                raise ValueError(line)
+
+        return {"files": files, "unreadable": read_lines(output, parse)}
+
+
+class SysctlReading(TypedDict):
+    value: int | None
+    unreadable: list[str]
+
+
+class SysctlValue(FactBase[SysctlReading]):
+    """
+    A kernel parameter's integer value; None where this kernel has no such key.
+
+    .. code:: python
+
+        {"value": 0, "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> SysctlReading:
+        return {"value": None, "unreadable": []}
+
+    def command(self, key: str) -> StringCommand:
+        return StringCommand("sysctl", "-n", QuoteString(key), "2>/dev/null", "||", "true")
+
+    def process(self, output: list[str]) -> SysctlReading:
+        values = [line.strip() for line in output if line.strip()]
+        if len(values) == 1 and values[0].lstrip("-").isdigit():
+            return {"value": int(values[0]), "unreadable": []}
+        return {"value": None, "unreadable": values}
