@@ -5,6 +5,7 @@ Every problem is reported at once, each naming the field, the value seen and the
 
 from __future__ import annotations
 
+import difflib
 import ipaddress
 import os
 import re
@@ -23,6 +24,14 @@ NETDEV_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")
 RDMA_RE = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
 USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+# The keys each table of the site file may hold ([settings] takes group_data/all.py's names).
+SCHEMA = {
+    "": {"ssh", "node", "settings"},
+    "ssh": {"user", "key", "port", "known_hosts"},
+    "node": {"role", "hostname", "ssh_host", "rail"},
+    "rail": {"netdev", "rdma", "address", "gid_index"},
+}
+TABLE_NAMES = {"": "the site file", "ssh": "[ssh]", "node": "[[node]]", "rail": "[[node.rail]]"}
 
 
 class SiteError(Exception):
@@ -74,6 +83,7 @@ class Site:
                 "role": role,
                 "expected_hostname": node.hostname,
                 "peer_name": peer.hostname,
+                "peer_address": peer.ssh_host,
                 "deploy_user": self.deploy_user,
                 "rails": [rail.as_data() for rail in node.rails],
                 "peer_rails": [rail.as_data() for rail in peer.rails],
@@ -87,6 +97,22 @@ class Site:
                 data["ssh_known_hosts_file"] = self.known_hosts
             groups[role] = [(node.hostname, data)]
         return groups
+
+
+def unknown(key: str, known, where: str, elsewhere: bool = True) -> str:
+    """The fix for an unknown key: the nearest known key, here or (``elsewhere``) in another
+    table of the site file."""
+    candidates = {name: where for name in known}
+    for table, names in SCHEMA.items() if elsewhere else ():
+        for name in names:
+            candidates.setdefault(name, TABLE_NAMES[table])
+    scored = sorted(((difflib.SequenceMatcher(None, key, name).ratio(), name) for name in candidates), reverse=True)
+    score, nearest = scored[0]
+    if score < 0.4:
+        return f"unknown key in {where}; known: {', '.join(sorted(known))}"
+    if candidates[nearest] == where:
+        return f"unknown key in {where}; did you mean {nearest!r}?"
+    return f"unknown key in {where}; did you mean {nearest!r} (a key of {candidates[nearest]})?"
 
 
 def default_settings() -> dict:
@@ -124,7 +150,7 @@ def load_site(path: Path | None = None, overrides: dict | None = None) -> Site:
     if not path.exists():
         raise SiteError(
             f"{path}: no site file. Fix: copy site.example.toml to site.toml and describe your two "
-            f"Sparks, or point {SITE_ENV} at one (the lab writes its own: tests/lab/lab.py up)."
+            f"Sparks, or point {SITE_ENV} at one (the lab writes its own: python -m lab up)."
         )
     try:
         raw = tomllib.loads(path.read_text())
@@ -148,6 +174,7 @@ class _Validator:
             self.errors.append(f"{field_name} = {seen!r}: {fix}")
 
     def site(self) -> Site:
+        self._unknown_keys()
         self._placeholders(self.raw, "")
         ssh = self.raw.get("ssh", {})
         user = ssh.get("user")
@@ -164,6 +191,21 @@ class _Validator:
             listing = "\n".join(f"  - {line}" for line in self.errors)
             raise SiteError(f"{self.path}: {len(self.errors)} problem(s), no host was contacted:\n{listing}")
         return Site(self.path, user, ssh.get("key"), port, ssh.get("known_hosts"), nodes, settings)
+
+    def _unknown_keys(self) -> None:
+        """A typo anywhere (`ssh_hots`, `[sevrer]`) is refused, naming the nearest known key."""
+        def check(table: dict, schema: str, where: str) -> None:
+            for key in table:
+                if key not in SCHEMA[schema]:
+                    self.error(f"{where}{key}", table[key], unknown(key, SCHEMA[schema], TABLE_NAMES[schema], elsewhere=bool(schema)))
+
+        check(self.raw, "", "")
+        if isinstance(self.raw.get("ssh"), dict):
+            check(self.raw["ssh"], "ssh", "ssh.")
+        for index, node in enumerate(self.raw.get("node", []) if isinstance(self.raw.get("node"), list) else []):
+            check(node, "node", f"node[{index}].")
+            for rail_index, rail in enumerate(node.get("rail", []) if isinstance(node.get("rail"), list) else []):
+                check(rail, "rail", f"node[{index}].rail[{rail_index}].")
 
     def _placeholders(self, value, where: str) -> None:
         if isinstance(value, dict):
@@ -267,10 +309,10 @@ class _Validator:
         settings = {**self.raw.get("settings", {})}
         for key in settings:
             if key not in defaults:
-                self.error(f"settings.{key}", settings[key], f"unknown setting; known: {', '.join(sorted(defaults))}")
+                self.error(f"settings.{key}", settings[key], unknown(key, defaults, "[settings]"))
         for key in self.overrides:
             if key not in defaults and not key.startswith(("ssh_", "_")):
-                self.error(f"--data {key}", self.overrides[key], f"unknown setting; known: {', '.join(sorted(defaults))}")
+                self.error(f"--data {key}", self.overrides[key], unknown(key, defaults, "the settings"))
         effective = {**defaults, **settings, **self.overrides}
         where = {key: ("--data " if key in self.overrides else "settings.") + key for key in effective}
         profile = effective["profile"]

@@ -1,16 +1,16 @@
-"""Operations that prepare a Spark's OS for RDMA and the serving containers."""
+"""Operations that prepare a Spark's OS for RDMA and the serving containers. Each reads one fact
+(one round trip) to decide, and changes only what differs."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from pyinfra import host
-from pyinfra.api import StringCommand, operation
-from pyinfra.facts.deb import DebPackages
-from pyinfra.facts.files import Directory
-from pyinfra.facts.server import Sysctl
+from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api.util import get_file_sha256
 from pyinfra.operations import apt, files
 
-# Ubuntu's AppArmor switch for unprivileged user namespaces (Codex CLI's bubblewrap sandbox).
-USERNS_KEY = "kernel.apparmor_restrict_unprivileged_userns"
+from facts.host_prep import FileDigests, PackageStatus, SysctlValue, UserGroups
 
 
 @operation()
@@ -26,8 +26,7 @@ def tools_installed(packages: list[str]):
 
         tools_installed(packages=["rsync", "iperf3"])
     """
-    installed = host.get_fact(DebPackages)
-    missing = [package for package in packages if package not in installed]
+    missing = host.get_fact(PackageStatus, packages=packages)["missing"]
     if not missing:
         host.noop(f"installed: {', '.join(packages)}")
         return
@@ -36,10 +35,60 @@ def tools_installed(packages: list[str]):
 
 
 @operation()
+def user_in_group(user: str, group: str):
+    """
+    Add ``user`` to ``group`` (a supplementary group), keeping its other groups.
+
+    + user: an existing user
+    + group: an existing group
+
+    **Example:**
+
+    .. code:: python
+
+        user_in_group(user="spark", group="docker")
+    """
+    account = host.get_fact(UserGroups, user=user)
+    if group in account["groups"]:
+        host.noop(f"{user} is in group {group}")
+        return
+    yield StringCommand("usermod", "-aG", QuoteString(group), QuoteString(user))
+
+
+def _differs(src: str, dest: str, mode: str, current: dict) -> bool:
+    info = current.get(dest)
+    return (info is None or info["kind"] != "file" or info["sha256"] != get_file_sha256(src)
+            or info["mode"] != mode or info["owner"] != "root:root")
+
+
+@operation()
+def config_files(entries: list[tuple[str, str, str]]):
+    """
+    Put local configuration files on the node (root-owned), reading every destination in one
+    round trip; only those that differ are uploaded, each with its diff.
+
+    + entries: (local source, remote destination, mode) of each file
+
+    **Example:**
+
+    .. code:: python
+
+        config_files(entries=[("files/host_prep/99-rdma.conf", "/etc/security/limits.d/99-rdma.conf", "644")])
+    """
+    current = host.get_fact(FileDigests, paths=[dest for _, dest, _ in entries])["files"]
+    changed = [(src, dest, mode) for src, dest, mode in entries if _differs(src, dest, mode, current)]
+    if not changed:
+        host.noop(f"up to date: {', '.join(Path(dest).name for _, dest, _ in entries)}")
+        return
+    for src, dest, mode in changed:
+        yield from files.put._inner(src=src, dest=dest, user="root", group="root", mode=mode, create_remote_dir=True)
+
+
+@operation()
 def systemd_manager_setting(src: str, path: str):
     """
-    Write a systemd manager drop-in (``/etc/systemd/system.conf.d/``) and re-execute
-    systemd when it changed and systemd is running, so new services get the setting.
+    Write a systemd manager drop-in (``/etc/systemd/system.conf.d/``) and re-execute systemd
+    when it changed and systemd is PID 1, so new services get the setting.
 
     + src: the local drop-in file
     + path: where it goes on the node
@@ -53,10 +102,12 @@ def systemd_manager_setting(src: str, path: str):
             path="/etc/systemd/system.conf.d/90-rdma-memlock.conf",
         )
     """
-    changes = list(files.put._inner(src=src, dest=path, mode="644", create_remote_dir=True))
-    yield from changes
-    if changes and host.get_fact(Directory, path="/run/systemd/system"):
-        yield "systemctl daemon-reexec"
+    current = host.get_fact(FileDigests, paths=[path])["files"]
+    if not _differs(src, path, "644", current):
+        host.noop(f"{path} is up to date")
+        return
+    yield from files.put._inner(src=src, dest=path, user="root", group="root", mode="644", create_remote_dir=True)
+    yield 'if [ "$(cat /proc/1/comm)" = systemd ]; then systemctl daemon-reexec; fi'
 
 
 @operation()
@@ -74,10 +125,10 @@ def live_sysctl(key: str, value: int):
 
         live_sysctl(key="kernel.apparmor_restrict_unprivileged_userns", value=0)
     """
-    current = host.get_fact(Sysctl, keys=[key]).get(key)
+    current = host.get_fact(SysctlValue, key=key)["value"]
     if current is None:
         host.noop(f"this kernel has no {key}: nothing to set live")
     elif current == value:
         host.noop(f"{key} is {value}")
     else:
-        yield StringCommand("sysctl", "-w", f"{key}={value}")
+        yield StringCommand("sysctl", "-w", QuoteString(f"{key}={value}"))

@@ -2,46 +2,48 @@
 
 from __future__ import annotations
 
-from pyinfra import host, inventory, logger
+from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
-from pyinfra.facts.server import Hostname
 
 from facts.identity import MachineIds
+from operations.peer import reachable_peer, warn_unreachable
 
 BACKUP_DIR = "/root"
 
 
 @operation()
-def distinct_machine_id(peer_name: str, expected_hostname: str):
+def distinct_machine_id(expected_hostname: str):
     """
-    Give this node a new ``/etc/machine-id`` when it shares the peer's, as cloned factory
-    images do. Run it on the worker only. Refuses unless the hostname is the expected one;
-    backs up the old ids under /root first; checks the new id differs. The node must then be
-    rebooted for services to pick the new id up.
+    Give this node a new ``/etc/machine-id`` when it shares the peer's, as cloned factory images
+    do. Run it on the worker only. Refuses unless the hostname is the expected one; backs up the
+    old ids under /root first; checks the new id differs. The node must then be rebooted for
+    services to pick the new id up.
 
-    + peer_name: inventory name of the other node (whose id stays)
     + expected_hostname: the hostname this node must have
 
     **Example:**
 
     .. code:: python
 
-        distinct_machine_id(peer_name="spark-head", expected_hostname="spark-worker")
+        distinct_machine_id(expected_hostname="spark-worker")
     """
-    mine = host.get_fact(MachineIds)
-    theirs = inventory.get_host(peer_name).get_fact(MachineIds)
-    if not mine.get("etc") or mine["etc"] != theirs.get("etc"):
-        host.noop(f"machine id differs from {peer_name}'s")
+    peer = reachable_peer()
+    if peer is None:
+        warn_unreachable("comparing machine ids")
         return
-    hostname = host.get_fact(Hostname)
-    if hostname != expected_hostname:
+    mine = host.get_fact(MachineIds)
+    theirs = peer.get_fact(MachineIds)
+    if not mine["etc"] or mine["etc"] != theirs["etc"]:
+        host.noop(f"machine id differs from {peer.name}'s")
+        return
+    if mine["hostname"] != expected_hostname:
         raise OperationError(
-            f"{host.name}: refusing to replace the machine id: the hostname is {hostname!r}, "
+            f"{host.name}: refusing to replace the machine id: the hostname is {mine['hostname']!r}, "
             f"expected {expected_hostname!r}. Fix: check that the inventory points at the worker, "
             "or set its hostname (hostnamectl set-hostname) and run again."
         )
     old = mine["etc"]
-    dbus_is_a_copy = mine["dbus"] and not mine["dbus_is_link"]
+    dbus_is_a_copy = mine["dbus"] is not None and not mine["dbus_is_link"]
     backup = f"{BACKUP_DIR}/machine-id.{old}.bak"
     yield StringCommand("test", "-e", QuoteString(backup), "||", "cp", "-p", "/etc/machine-id", QuoteString(backup))
     if dbus_is_a_copy:
@@ -54,6 +56,5 @@ def distinct_machine_id(peer_name: str, expected_hostname: str):
     )
     if dbus_is_a_copy:
         yield "cp /etc/machine-id /var/lib/dbus/machine-id"
-    logger.warning(f"{host.print_prefix}machine id {old} is shared with {peer_name}: a new one is written; "
+    logger.warning(f"{host.print_prefix}machine id {old} is shared with {peer.name}: a new one is written; "
                    "reboot this node afterwards (or run again with --data reboot_worker=true)")
-

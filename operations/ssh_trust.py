@@ -2,103 +2,97 @@
 
 from __future__ import annotations
 
-from pyinfra import host, inventory, logger
-from pyinfra.api import QuoteString, StringCommand, operation
-from pyinfra.facts.files import FileContents
-from pyinfra.facts.server import Home
+from pyinfra import host, logger
+from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
-from facts.fabric import NetLinks
-
-KEY_NAME = "id_ed25519"
+from facts.ssh_trust import KEY_NAME, SshTrust
+from operations.peer import reachable_peer, warn_unreachable
 
 
-def _ssh_dir(user: str) -> str:
-    return f"{host.get_fact(Home, user=user)}/.ssh"
+def _private_dir(user: str, path: str) -> StringCommand:
+    return StringCommand("mkdir", "-p", "-m", "700", QuoteString(path), "&&", "chown", QuoteString(f"{user}:"), QuoteString(path))
 
 
-def _as_user(user: str, *command) -> StringCommand:
-    return StringCommand("sudo", "-n", "-u", QuoteString(user), *command)
+def _owned(user: str, path: str) -> StringCommand:
+    return StringCommand("chown", QuoteString(f"{user}:"), QuoteString(path), "&&", "chmod", "600", QuoteString(path))
 
 
 @operation()
-def user_key_pair(user: str):
+def head_trust(user: str, rails: list[dict], peer_rails: list[dict]):
     """
-    Give ``user`` an ed25519 key pair (no passphrase) if it has none.
-
-    + user: the deploy user
-
-    **Example:**
-
-    .. code:: python
-
-        user_key_pair(user="spark")
-    """
-    key = f"{_ssh_dir(user)}/{KEY_NAME}"
-    if host.get_fact(FileContents, path=f"{key}.pub"):
-        host.noop(f"{user} has {key}.pub")
-        return
-    yield _as_user(user, "mkdir", "-p", "-m", "700", QuoteString(_ssh_dir(user)))
-    yield _as_user(user, "ssh-keygen", "-q", "-t", "ed25519", "-N", "''", "-C", QuoteString(f"{user}@{host.name}"),
-                   "-f", QuoteString(key))
-
-
-@operation()
-def authorized_peer_key(user: str, peer_name: str):
-    """
-    Authorize the peer's ``user`` key for ``user`` here. The peer's key is read when the
-    operation runs, so a key generated earlier in the same run is the one authorized.
-
-    + user: the deploy user (the same name on both nodes)
-    + peer_name: inventory name of the node that logs in
-
-    **Example:**
-
-    .. code:: python
-
-        authorized_peer_key(user="spark", peer_name="spark-head")
-    """
-    peer = inventory.get_host(peer_name)
-    peer_key_lines = peer.get_fact(FileContents, path=f"{peer.get_fact(Home, user=user)}/.ssh/{KEY_NAME}.pub")
-    authorized = f"{_ssh_dir(user)}/authorized_keys"
-    if peer_key_lines and peer_key_lines[0] in (host.get_fact(FileContents, path=authorized) or []):
-        host.noop(f"{peer_name}'s key is authorized for {user}")
-        return
-    key = peer_key_lines[0] if peer_key_lines else f"<the key {peer_name} generates in this run>"
-    yield _as_user(user, "mkdir", "-p", "-m", "700", QuoteString(_ssh_dir(user)))
-    yield _as_user(user, "sh", "-c", QuoteString(f"umask 077 && echo '{key}' >> {authorized}"))
-
-
-@operation()
-def known_peer_addresses(user: str, rails: list[dict], peer_rails: list[dict]):
-    """
-    Record the peer's SSH host key at each of its fabric addresses in ``user``'s known_hosts.
-    A rail whose link is not up is skipped with a warning (verification says why).
+    On the head: give ``user`` an ed25519 key pair (no passphrase) if it has none, and record
+    the worker's SSH host key at each of its fabric addresses. A rail whose link is not up is
+    skipped with a warning (verification says why).
 
     + user: the deploy user
     + rails: this node's rails (``netdev`` of each)
-    + peer_rails: the peer's rails, in the same order (``address`` of each)
+    + peer_rails: the worker's rails, in the same order (``address`` of each)
 
     **Example:**
 
     .. code:: python
 
-        known_peer_addresses(user="spark", rails=host.data.rails, peer_rails=host.data.peer_rails)
+        head_trust(user="spark", rails=host.data.rails, peer_rails=host.data.peer_rails)
     """
-    known_hosts = f"{_ssh_dir(user)}/known_hosts"
-    known = {line.split()[0] for line in host.get_fact(FileContents, path=known_hosts) or [] if line.strip()}
-    links = host.get_fact(NetLinks)
+    waiting = reachable_peer() is None
+    if waiting:
+        warn_unreachable("SSH trust with the worker")
+    trust = host.get_fact(SshTrust, user=user, netdevs=[rail["netdev"] for rail in rails])
+    ssh_dir = f"{trust['home']}/.ssh"
+    changed = False
+    if not trust["public_key"]:
+        changed = True
+        yield _private_dir(user, ssh_dir)
+        yield StringCommand("sudo", "-n", "-u", QuoteString(user), "ssh-keygen", "-q", "-t", "ed25519", "-N", "''",
+                            "-C", QuoteString(f"{user}@{host.name}"), "-f", QuoteString(f"{ssh_dir}/{KEY_NAME}"))
     missing = []
-    for rail, peer in zip(rails, peer_rails):
-        if peer["address"] in known:
+    for rail, peer in zip(rails, peer_rails) if not waiting else ():
+        if peer["address"] in trust["known_hosts"]:
             continue
-        if links.get(rail["netdev"], {}).get("operstate") != "up":
+        if trust["operstate"].get(rail["netdev"]) != "up":
             logger.warning(f"{host.print_prefix}{rail['netdev']} is not up: {peer['address']} not scanned")
             continue
         missing.append(peer["address"])
-    if not missing:
-        host.noop(f"{user} knows the peer's host key at its reachable fabric addresses")
-        return
-    yield _as_user(user, "mkdir", "-p", "-m", "700", QuoteString(_ssh_dir(user)))
+    known_hosts = f"{ssh_dir}/known_hosts"
     for address in missing:
-        scan = f'key=$(ssh-keyscan -T 5 -t ed25519 {address} 2>/dev/null) && [ -n "$key" ] && echo "$key" >> {known_hosts}'
-        yield _as_user(user, "sh", "-c", QuoteString(scan))
+        changed = True
+        yield StringCommand("key=$(ssh-keyscan", "-T", "5", "-t", "ed25519", QuoteString(address), "2>/dev/null)", "&&",
+                            '[ -n "$key" ]', "&&", "printf", "'%s\\n'", '"$key"', ">>", QuoteString(known_hosts))
+    if missing:
+        yield _owned(user, known_hosts)
+    if not changed and not waiting:
+        host.noop(f"{user} has a key and knows the worker at its reachable fabric addresses")
+
+
+@operation()
+def authorized_peer_key(user: str):
+    """
+    On the worker: authorize the head's key for ``user``. The key is read from the head when
+    this runs, so a key the head generated earlier in the same run is the one authorized.
+
+    + user: the deploy user
+
+    **Example:**
+
+    .. code:: python
+
+        authorized_peer_key(user="spark")
+    """
+    peer = reachable_peer()
+    if peer is None:
+        warn_unreachable("SSH trust with the head")
+        return
+    key = peer.get_fact(SshTrust, user=user, netdevs=[])["public_key"]
+    mine = host.get_fact(SshTrust, user=user, netdevs=[])
+    if key and key in mine["authorized_keys"]:
+        host.noop(f"{peer.name}'s key is authorized for {user}")
+        return
+    if key is None and host.state.is_executing:
+        raise OperationError(f"{peer.name} has no SSH key for {user}. Fix: run the deploy again; the head's "
+                             "SSH trust step (its key) must pass first.")
+    ssh_dir = f"{mine['home']}/.ssh"
+    authorized = f"{ssh_dir}/authorized_keys"
+    yield _private_dir(user, ssh_dir)
+    yield StringCommand("printf", "'%s\\n'", QuoteString(key or f"<the key {peer.name} generates in this run>"),
+                        ">>", QuoteString(authorized))
+    yield _owned(user, authorized)

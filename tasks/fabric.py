@@ -2,13 +2,13 @@
 
 from pyinfra import host
 
-from operations.fabric import netplan_rails, render_netplan
+from operations.fabric import netplan_rails
 
 netplan_rails(
     name=f"Write and apply the QSFP netplan for {len(host.data.rails)} rail(s)",
     path=host.data.netplan_path,
-    content=render_netplan(host.name, host.data.peer_name, host.data.rails, host.data.fabric_mtu),
     rails=host.data.rails,
     mtu=host.data.fabric_mtu,
-    management_address=host.data.ssh_hostname,
+    hostname=host.name,
+    peer=host.data.peer_name,
 )

@@ -8,7 +8,6 @@ from operations.identity import distinct_machine_id
 if host.data.role == "worker":
     repair = distinct_machine_id(
         name="Give the worker a machine id of its own",
-        peer_name=host.data.peer_name,
         expected_hostname=host.data.expected_hostname,
     )
     if host.data.reboot_worker:

@@ -1,0 +1,27 @@
+"""The other node, as an operation on this one sees it: None when it did not answer over SSH,
+so a step that needs both nodes says so instead of dying in a traceback."""
+
+from __future__ import annotations
+
+from pyinfra import host, inventory, logger, state
+from pyinfra.api import Host
+
+
+def reachable_peer() -> Host | None:
+    """The peer node's Host, or None (with one warning naming its address) if it is unreachable."""
+    peer = inventory.get_host(host.data.peer_name)
+    if peer in state.failed_hosts:
+        return None
+    if not peer.connected:
+        peer.connect(show_errors=False)
+    return peer if peer.connected else None
+
+
+def warn_unreachable(step: str) -> None:
+    """Say the step waits for the peer: a warning with what to check, and the no-op reason."""
+    host.noop(f"{step} waits: {host.data.peer_name} does not answer")
+    logger.warning(
+        f"{host.print_prefix}{host.data.peer_name} does not answer at {host.data.peer_address}:{host.data.ssh_port}: "
+        f"{step} needs both nodes and is left for the next run. Check that {host.data.peer_name} is on, that sshd "
+        "runs and the management LAN."
+    )

@@ -1,0 +1,30 @@
+"""Templates rendered on the control machine, and the diff shown before a rendered file changes."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from jinja2 import Environment, FileSystemLoader, StrictUndefined
+from pyinfra import host, logger, state
+from pyinfra.operations.util.files import generate_color_diff
+
+TEMPLATES = Environment(
+    loader=FileSystemLoader(Path(__file__).resolve().parents[1] / "templates"),
+    undefined=StrictUndefined,
+    keep_trailing_newline=True,
+)
+TEMPLATES.filters["shell_quote"] = shlex.quote
+
+
+def render(template: str, **values) -> str:
+    return TEMPLATES.get_template(template).render(**values)
+
+
+def show_diff(path: str, current: list[str] | None, desired: str) -> None:
+    """The unified diff from the node's lines to the desired text, when diffs are on."""
+    if not state.config.DIFF:
+        return
+    host.log(f"Will {'modify' if current is not None else 'create'} {path}", logger.info)
+    for line in generate_color_diff([line + "\n" for line in current or []], [line + "\n" for line in desired.splitlines()]):
+        logger.info("  %s", line)
