@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import threading
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -50,7 +50,7 @@ class Fabric:
     def gid_index(self, client, rdma: str, address: str) -> int | None:
         fact = RdmaDevices()
         _, output = run(client, fact.command())
-        return roce_v2_gid_index(fact.process(output.splitlines()), rdma, address)
+        return roce_v2_gid_index(fact.process(output.splitlines())["devices"], rdma, address)
 
     def ping(self, index: int, mtu: int) -> dict:
         mine, theirs = self.rails[index]
@@ -122,7 +122,7 @@ def main(site: Path | None, seconds: int, mtu: int | None, nccl_command: str, ou
     """Measure the QSFP fabric between the head and the worker."""
     loaded = load_site(site or site_path())
     mtu = mtu or {**default_settings(), **loaded.settings}["fabric_mtu"]
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     out = out_dir / f"fabric-{started.strftime('%Y%m%dT%H%M%SZ')}"
     out.mkdir(parents=True, exist_ok=True)
     fabric = Fabric(loaded, out)

@@ -13,7 +13,7 @@ import random
 import re
 import string
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 
 import click
@@ -126,7 +126,7 @@ def table(rows: list[dict]) -> list[dict]:
 def main(url, model, api_key_env, api_key_file, sizes, trials, needles, max_tokens, profile, out_dir):
     """Probe needle retrieval at growing context sizes."""
     endpoint = Endpoint(url.rstrip("/"), model, read_api_key(api_key_env, api_key_file))
-    started = datetime.now(timezone.utc)
+    started = datetime.now(UTC)
     rows = probe(endpoint, [int(size) for size in sizes.split(",")], trials, needles, max_tokens)
     summary = table(rows)
     record = {"schema_version": SCHEMA_VERSION, "started": started.isoformat(), "profile": profile, "model": model,

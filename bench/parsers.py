@@ -1,34 +1,61 @@
 """Parsers for the real output of the tools the benchmarks run: ping, iperf3 (JSON),
-perftest's ib_write_bw, nccl-tests' all_reduce_perf, and Prometheus text from vLLM."""
+perftest's ib_write_bw, nccl-tests' all_reduce_perf, and Prometheus text from vLLM.
+
+None of them raises: output they cannot read gives a reading with ``error`` set and the lines
+in ``unreadable``."""
 
 from __future__ import annotations
 
 import json
 import re
+from dataclasses import dataclass, field
 
 NCCL_TARGET_BUS_GBPS = 21.875
 NCCL_TCP_FALLBACK_GBPS = 3.0
+MIB = 1 << 20
 
-PROMETHEUS_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)")
+PROMETHEUS_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+\S+)?\s*$")
+LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
-def parse_prometheus(text: str) -> dict[str, float]:
-    """Every sample summed over its label sets: {"vllm:generation_tokens_total": 512.0}."""
-    totals: dict[str, float] = {}
-    for line in text.splitlines():
+def _lines(text: str) -> list[str]:
+    return [line for line in text.splitlines() if line.strip()]
+
+
+@dataclass
+class Metrics:
+    """Prometheus samples: ``totals`` sums each metric over its label sets; ``series`` keeps
+    (labels, value) per metric; ``unreadable`` the lines that are neither samples nor comments."""
+
+    totals: dict[str, float] = field(default_factory=dict)
+    series: dict[str, list[tuple[dict[str, str], float]]] = field(default_factory=dict)
+    unreadable: list[str] = field(default_factory=list)
+
+    def get(self, name: str, default: float = 0.0) -> float:
+        return self.totals.get(name, default)
+
+
+def parse_prometheus(text: str) -> Metrics:
+    metrics = Metrics()
+    for line in _lines(text):
+        if line.startswith("#"):
+            continue
         match = PROMETHEUS_SAMPLE.match(line)
-        if match and not line.startswith("#"):
-            try:
-                value = float(match.group(3))
-            except ValueError:
-                continue
-            totals[match.group(1)] = totals.get(match.group(1), 0.0) + value
-    return totals
+        try:
+            value = float(match.group(3))
+        except (AttributeError, ValueError):
+            metrics.unreadable.append(line)
+            continue
+        name = match.group(1)
+        labels = dict(LABEL.findall(match.group(2) or ""))
+        metrics.totals[name] = metrics.totals.get(name, 0.0) + value
+        metrics.series.setdefault(name, []).append((labels, value))
+    return metrics
 
 
 def parse_ping(text: str) -> dict:
     """iputils ping summary: {"sent": 3, "received": 3, "loss_pct": 0.0, "rtt_avg_ms": 0.051}."""
-    result = {"sent": 0, "received": 0, "loss_pct": 100.0, "rtt_avg_ms": None, "error": None}
+    result = {"sent": 0, "received": 0, "loss_pct": 100.0, "rtt_avg_ms": None, "error": None, "unreadable": []}
     counts = re.search(r"(\d+) packets transmitted, (\d+) (?:packets )?received.*?([\d.]+)% packet loss", text)
     if counts:
         result.update(sent=int(counts.group(1)), received=int(counts.group(2)), loss_pct=float(counts.group(3)))
@@ -38,39 +65,49 @@ def parse_ping(text: str) -> dict:
     error = re.search(r"^ping: (.+)$", text, flags=re.M)
     if error:
         result["error"] = error.group(1).strip()
+    elif not counts:
+        result["error"] = "unreadable ping output"
+        result["unreadable"] = _lines(text)
     return result
 
 
 def parse_iperf3(text: str) -> dict:
     """iperf3 -J: sender and receiver Gb/s, retransmits, and whether it ran reversed."""
-    data = json.loads(text)
-    if "error" in data:
-        return {"error": data["error"]}
-    end = data["end"]
-    return {
-        "sent_gbps": round(end["sum_sent"]["bits_per_second"] / 1e9, 3),
-        "received_gbps": round(end["sum_received"]["bits_per_second"] / 1e9, 3),
-        "retransmits": end["sum_sent"].get("retransmits"),
-        "reverse": bool(data["start"]["test_start"].get("reverse")),
-        "streams": data["start"]["test_start"].get("num_streams"),
-        "error": None,
-    }
+    try:
+        data = json.loads(text)
+        if "error" in data:
+            return {"error": str(data["error"]), "unreadable": []}
+        end, start = data["end"], data["start"]["test_start"]
+        return {
+            "sent_gbps": round(end["sum_sent"]["bits_per_second"] / 1e9, 3),
+            "received_gbps": round(end["sum_received"]["bits_per_second"] / 1e9, 3),
+            "retransmits": end["sum_sent"].get("retransmits"),
+            "reverse": bool(start.get("reverse")),
+            "streams": start.get("num_streams"),
+            "error": None,
+            "unreadable": [],
+        }
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return {"error": "unreadable iperf3 output", "unreadable": _lines(text)[:5]}
 
 
 def parse_ib_write_bw(text: str) -> dict:
-    """perftest ib_write_bw: device, GID index, MTU and the result rows, in Gb/s."""
-    result: dict = {"device": None, "gid_index": None, "mtu": None, "link_type": None, "rows": []}
+    """perftest ib_write_bw: device, GID index, MTU and the result rows, in Gb/s. perftest's
+    "MB/sec" column is MiB/s (it divides by 0x100000); newer builds say "MiB/sec"."""
+    result: dict = {"device": None, "gid_index": None, "mtu": None, "link_type": None, "rows": [],
+                    "average_gbps": None, "error": None, "unreadable": []}
     for key, pattern in (("device", r"Device\s*:\s*(\S+)"), ("gid_index", r"GID index\s*:\s*(\d+)"),
                          ("mtu", r"Mtu\s*:\s*(\d+)"), ("link_type", r"Link type\s*:\s*(\S+)")):
         match = re.search(pattern, text)
         if match:
             result[key] = int(match.group(1)) if key in ("gid_index", "mtu") else match.group(1)
-    header = re.search(r"#bytes\s+#iterations\s+BW peak\[(\w+)/sec\]\s+BW average\[(\w+)/sec\]", text)
+    header = re.search(r"#bytes\s+#iterations\s+BW peak\[(MB|MiB|Gb)/sec\]\s+BW average\[(?:MB|MiB|Gb)/sec\]", text)
     if not header:
-        lines = [line.strip() for line in text.splitlines() if line.strip()]
+        lines = [line.strip() for line in _lines(text)]
         result["error"] = "no result table" + (f": {lines[-1]}" if lines else "")
+        result["unreadable"] = lines[-5:]
         return result
-    to_gbps = {"MB": 8 / 1000, "MiB": 8 * 1.048576 / 1000, "Gb": 1.0}[header.group(1)]
+    to_gbps = 1.0 if header.group(1) == "Gb" else MIB * 8 / 1e9
     for match in re.finditer(r"^\s*(\d+)\s+(\d+)\s+([\d.]+)\s+([\d.]+)\s+([\d.]+)\s*$", text[header.end():], flags=re.M):
         result["rows"].append({
             "bytes": int(match.group(1)), "iterations": int(match.group(2)),
@@ -79,7 +116,9 @@ def parse_ib_write_bw(text: str) -> dict:
             "msg_rate_mpps": float(match.group(5)),
         })
     result["average_gbps"] = max((row["average_gbps"] for row in result["rows"]), default=None)
-    result["error"] = None if result["rows"] else "no result rows"
+    if not result["rows"]:
+        result["error"] = "no result rows"
+        result["unreadable"] = _lines(text[header.end():])[:5]
     return result
 
 
@@ -100,6 +139,7 @@ def parse_all_reduce_perf(text: str) -> dict:
     ranks = re.findall(r"Rank\s+\d+ Group\s+\d+ Pid\s+\d+ on\s+(\S+)", text)
     avg = float(average.group(1)) if average else None
     peak = max((max(r["out_of_place_busbw_gbps"], r["in_place_busbw_gbps"]) for r in rows), default=None)
+    readable = bool(rows) and avg is not None
     return {
         "hosts": sorted(set(ranks)),
         "rows": rows,
@@ -107,5 +147,6 @@ def parse_all_reduce_perf(text: str) -> dict:
         "peak_busbw_gbps": peak,
         "below_target": avg is not None and avg < NCCL_TARGET_BUS_GBPS,
         "tcp_fallback_suspected": peak is not None and peak < NCCL_TCP_FALLBACK_GBPS,
-        "error": None if rows and avg is not None else "no result table",
+        "error": None if readable else "no result table",
+        "unreadable": [] if readable else _lines(text)[-5:],
     }

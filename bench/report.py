@@ -103,7 +103,7 @@ def bar_chart(title: str, unit: str, groups: list[str], series: dict[str, list[f
     for g, group in enumerate(groups):
         x0 = left + g * slot + slot * 0.1
         parts.append(f'<text x="{left + g * slot + slot / 2:.1f}" y="{top + plot_h + 20}" text-anchor="middle">{escape(group)}</text>')
-        for s, (name, values) in enumerate(series.items()):
+        for s, values in enumerate(series.values()):
             value = values[g]
             if value is None:
                 continue

@@ -22,7 +22,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from pathlib import Path
 from urllib.parse import urlparse
 
@@ -270,7 +270,7 @@ def main(url, model, api_key_env, api_key_file, prompt_tokens, concurrency, grou
         for spec in telemetry:
             client = stack.enter_context(connect(Target.parse(spec, ssh_key)))
             streams[spec] = LineStream(client, f"nvidia-smi --query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits -l 1")
-        started = datetime.now(timezone.utc)
+        started = datetime.now(UTC)
         warm_up(endpoint, prompts[0])
         measured = run_benchmark(endpoint, prompts, concurrencies, groups, max_tokens, ignore_eos)
         samples = {spec: telemetry_rows(stream.stop()) for spec, stream in streams.items()}
@@ -295,12 +295,13 @@ def main(url, model, api_key_env, api_key_file, prompt_tokens, concurrency, grou
 
 def print_summary(record: dict) -> None:
     click.echo(f"{'prompt':>8} {'C':>3} {'prompt tok':>10} {'TTFT p50 s':>11} {'decode tok/s':>13} {'aggregate tok/s':>16}")
+    def fmt(cell: dict, stat: str, digits: int = 2) -> str:
+        value = cell[stat]["mean"]
+        return "-" if value is None else f"{value:.{digits}f}"
+
     for cell in record["cells"]:
-        def fmt(stat, digits=2):
-            value = cell[stat]["mean"]
-            return "-" if value is None else f"{value:.{digits}f}"
         click.echo(f"{cell['prompt']:>8} {cell['concurrency']:>3} {cell['prompt_tokens']['mean'] or 0:>10.0f} "
-                   f"{(cell['ttft_s']['p50'] or 0):>11.3f} {fmt('decode_tok_s'):>13} {fmt('aggregate_tok_s'):>16}")
+                   f"{(cell['ttft_s']['p50'] or 0):>11.3f} {fmt(cell, 'decode_tok_s'):>13} {fmt(cell, 'aggregate_tok_s'):>16}")
     spec = record["spec_decode"]
     if spec["drafts"]:
         click.echo(f"speculative decoding: {spec['drafts']:.0f} drafts, acceptance {spec['acceptance_rate']:.1%}, "

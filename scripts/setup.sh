@@ -3,7 +3,7 @@
 set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="$REPO/.venv"
-LAB_PACKAGES=(debootstrap iproute2 openssh-client iputils-ping gcc netplan.io util-linux)
+LAB_PACKAGES=(debootstrap iproute2 openssh-client iputils-ping gcc netplan.io util-linux python3-venv)
 
 need_root() {
   if [ "$(id -u)" -ne 0 ]; then

@@ -4,7 +4,10 @@ from types import SimpleNamespace
 
 import pytest
 
-from operations.verify import FAIL, PASS, WARN, active_ports_elsewhere, controller_of, node_checks, render_table
+from checks import FAIL, PASS, WARN
+from checks.fabric import active_ports_elsewhere, controller_of
+from checks.node import node_checks, unreachable
+from checks.table import render
 
 RAILS = [{"netdev": "enp1s0f0np0", "rdma": "rocep1s0f0", "address": "10.0.0.1", "cidr": "10.0.0.1/24", "gid_index": "auto"},
          {"netdev": "enP2p1s0f0np0", "rdma": "roceP2p1s0f0", "address": "10.0.1.1", "cidr": "10.0.1.1/24", "gid_index": "auto"}]
@@ -19,22 +22,29 @@ def port(state, netdev, ipv4=None):
                                                 "rate": "200 Gb/sec (4X HDR)", "link_layer": "Ethernet", "gids": gids}}}
 
 
+def ok(**value):
+    return {**value, "unreadable": []}
+
+
 def healthy() -> dict:
     link = {"operstate": "up", "speed_mbps": 200000, "mtu": 9000, "ipv6": []}
     return {
-        "links": {"enp1s0f0np0": {**link, "ipv4": ["10.0.0.1/24"]}, "enP2p1s0f0np0": {**link, "ipv4": ["10.0.1.1/24"]},
-                  "enp1s0f1np1": {**link, "operstate": "down", "speed_mbps": None, "mtu": 1500, "ipv4": []}},
-        "rdma": {"rocep1s0f0": port("ACTIVE", "enp1s0f0np0", "10.0.0.1"), "roceP2p1s0f0": port("ACTIVE", "enP2p1s0f0np0", "10.0.1.1"),
-                 "rocep1s0f1": port("DOWN", "enp1s0f1np1")},
-        "pings": [{"sent": 3, "received": 3, "error": None}] * 2,
-        "memlock": "unlimited", "userns": 0, "machine_id": "a" * 32, "host_keys": {"ED25519": "SHA256:mine"},
-        "user": {"uid": 1000, "groups": ["docker"]}, "docker": "/usr/bin/docker",
-        "memory": {"source": "/proc/meminfo", "gpus": ["NVIDIA GB10"], "total_gib": 121.6, "available_gib": 117.4},
-        "ssh_to_peer": [],
+        "links": ok(links={"enp1s0f0np0": {**link, "ipv4": ["10.0.0.1/24"]}, "enP2p1s0f0np0": {**link, "ipv4": ["10.0.1.1/24"]},
+                           "enp1s0f1np1": {**link, "operstate": "down", "speed_mbps": None, "mtu": 1500, "ipv4": []}}),
+        "rdma": ok(devices={"rocep1s0f0": port("ACTIVE", "enp1s0f0np0", "10.0.0.1"),
+                            "roceP2p1s0f0": port("ACTIVE", "enP2p1s0f0np0", "10.0.1.1"), "rocep1s0f1": port("DOWN", "enp1s0f1np1")}),
+        "pings": [ok(sent=3, received=3, error=None)] * 2,
+        "memlock": ok(limit="unlimited"), "userns": ok(value=0),
+        "identity": ok(etc="a" * 32, dbus=None, dbus_is_link=False, hostname="spark-worker"),
+        "host_keys": ok(fingerprints={"ED25519": "SHA256:mine"}),
+        "user": ok(exists=True, uid=1000, groups=["docker"]), "docker": "/usr/bin/docker",
+        "memory": ok(source="/proc/meminfo", gpus=["NVIDIA GB10"], total_gib=121.6, available_gib=117.4, nvidia_smi="ok"),
+        "ssh_to_peer": [], "unreadable": [],
     }
 
 
-PEER = {**healthy(), "machine_id": "b" * 32, "host_keys": {"ED25519": "SHA256:theirs"}}
+PEER = {**healthy(), "identity": ok(etc="b" * 32, dbus=None, dbus_is_link=False, hostname="spark-head"),
+        "host_keys": ok(fingerprints={"ED25519": "SHA256:theirs"})}
 
 
 def checks_with(**changes):
@@ -47,20 +57,27 @@ def test_a_healthy_node_passes_everything():
     checks = checks_with()
     assert {check.status for check in checks.values()} == {PASS}
     assert checks["rail 0 rocep1s0f0 RoCE"].detail == "ACTIVE, 200 Gb/sec (4X HDR), RoCE v2 GID index 3"
-    assert "readiness: 13 of 13 checks pass" in render_table(list(checks.values()))
+    assert "readiness: 13 of 13 checks pass" in render(list(checks.values()))
 
 
 @pytest.mark.parametrize("changes, item, detail, fix", [
-    ({"memlock": "8192"}, "memlock (fresh login)", "8192 KiB", "OpenSSH"),
-    ({"userns": 1}, "userns sysctl", "= 1", "sysctl -w"),
-    ({"machine_id": "b" * 32}, "machine id", "also spark-head's", "reboot the worker"),
+    ({"memlock": ok(limit="8192")}, "memlock (fresh login)", "8192 KiB", "OpenSSH"),
+    ({"memlock": ok(limit=None)}, "memlock (fresh login)", "could not be read", "OpenSSH"),
+    ({"userns": ok(value=1)}, "userns sysctl", "= 1", "sysctl -w"),
+    ({"identity": ok(etc="b" * 32, dbus=None, dbus_is_link=False, hostname="x")}, "machine id", "also spark-head's", "reboot the worker"),
     ({"docker": None}, "docker", "docker not found", "install Docker"),
-    ({"user": {"uid": 1000, "groups": []}}, "docker", "not in the docker group", "run the deploy"),
-    ({"user": {"uid": 1001, "groups": ["docker"]}}, "deploy user", "here 1001, spark-head 1000", "same uid"),
-    ({"memory": {"source": "nvidia-smi", "gpus": ["NVIDIA H100"], "total_gib": 79.6, "available_gib": 40.0}},
+    ({"user": ok(exists=True, uid=1000, groups=[])}, "docker", "not in the docker group", "run the deploy"),
+    ({"user": ok(exists=True, uid=1001, groups=["docker"])}, "deploy user", "here 1001, spark-head 1000", "same uid"),
+    ({"memory": ok(source="nvidia-smi", gpus=["NVIDIA H100"], total_gib=79.6, available_gib=40.0, nvidia_smi="ok")},
      "GPU memory", "40.0 GiB available of 79.6 (nvidia-smi, NVIDIA H100), floor 95", "memory_floor_gib"),
-    ({"pings": [{"sent": 3, "received": 0, "error": "local error: message too long, mtu=1500"}] * 2},
+    ({"memory": ok(source="/proc/meminfo", gpus=[], total_gib=121.6, available_gib=117.4,
+                   nvidia_smi="Failed to initialize NVML: Driver/library version mismatch")},
+     "GPU driver", "nvidia-smi: Failed to initialize NVML: Driver/library version mismatch", "reboot this node"),
+    ({"memory": ok(source="/proc/meminfo", gpus=[], total_gib=121.6, available_gib=117.4, nvidia_smi="No devices were found")},
+     "GPU driver", "No devices were found", "nvidia-smi -L"),
+    ({"pings": [ok(sent=3, received=0, error="local error: message too long, mtu=1500")] * 2},
      "rail 1 jumbo ping", "fails (local error: message too long, mtu=1500)", "set MTU 9000 on both ends of rail 1"),
+    ({"links": ok(links={})}, "rail 0 enp1s0f0np0 link", "no such netdev", "ip -br link"),
 ])
 def test_each_failure_names_the_problem_and_the_fix(changes, item, detail, fix):
     check = checks_with(**changes)[item]
@@ -88,3 +105,25 @@ def test_the_cable_in_the_other_port_is_pointed_at_on_the_same_controller():
     assert active_ports_elsewhere(rdma, configured, "enP2p1s0f0np0") == ["roceP2p1s0f1"]
     assert active_ports_elsewhere(rdma, configured, "enp9s0f0np0") == ["roceP2p1s0f1", "rocep1s0f1"]
     assert controller_of("enP2p1s0f1np1") == "enP2p1s0"
+
+
+def test_a_gpu_memory_reading_after_an_nvml_error_says_where_it_came_from():
+    memory = ok(source="/proc/meminfo", gpus=[], total_gib=121.6, available_gib=117.4, nvidia_smi="No devices were found")
+    check = checks_with(memory=memory)["GPU memory"]
+    assert check.status == PASS and check.detail == "117.4 GiB available of 121.6 (/proc/meminfo, nvidia-smi failed)"
+
+
+def test_an_unreadable_line_is_reported_not_dropped():
+    facts = {**healthy(), "userns": {"value": None, "unreadable": ["sysctl: permission denied on key"]}}
+    checks = {c.item: c for c in node_checks("spark-worker", DATA, facts, "spark-head", PEER)}
+    assert checks["reading userns"].status == WARN and "sysctl: permission denied on key" in checks["reading userns"].detail
+
+
+def test_an_unreachable_peer_is_named_and_its_rows_point_there():
+    facts = {**healthy(), "ssh_to_peer": [ok(ok=False)] * 2}
+    data = SimpleNamespace(**{**vars(DATA), "role": "head"})
+    checks = {c.item: c for c in node_checks("spark-head", data, facts, "spark-worker", None)}
+    assert checks["SSH to spark-worker at 10.0.0.2"].detail == "spark-worker does not answer"
+    assert "deploy user" not in checks and "SSH host keys" not in checks
+    row = unreachable("spark-worker", "192.168.1.11", 22)
+    assert row.status == FAIL and "192.168.1.11:22" in row.detail and "sshd" in row.fix

@@ -1,5 +1,6 @@
-"""Shared by the end-to-end tests: a fresh lab per test module, and the pyinfra CLI run as a
-user runs it, against the lab's site file."""
+"""Shared by the end-to-end tests: the lab, held (lab/lock.py) and brought up from the factory
+state once for the whole session, and the pyinfra CLI run as a user runs it against it. The
+test modules are numbered in the order they build on each other's state."""
 
 import os
 import subprocess
@@ -8,28 +9,30 @@ from pathlib import Path
 
 import pytest
 
-from tests.lab.lab import LAB_DIR, Lab
+from lab.config import LAB_DIR
+from lab.core import Lab
+from lab.lock import LabLock
 
 REPO = Path(__file__).resolve().parents[2]
 PYINFRA = Path(sys.executable).parent / "pyinfra"
-LAB_ENV = {**os.environ, "DUAL_SPARK_SITE": str(LAB_DIR / "site.toml")}
+SITE = LAB_DIR / "site.toml"
+LAB_ENV = {**os.environ, "DUAL_SPARK_SITE": str(SITE)}
 
-collect_ignore_glob = [] if os.geteuid() == 0 else ["test_*.py"]  # the lab needs root
 
-
-def pyinfra(*args: str, task: str = "deploy.py") -> subprocess.CompletedProcess:
+def pyinfra(*args: str, task: str = "deploy.py", site: Path = SITE, timeout: int = 900) -> subprocess.CompletedProcess:
     """Run the pyinfra CLI from the repository; stdout and stderr together."""
     return subprocess.run(
-        [str(PYINFRA), *args, "inventory.py", task], cwd=REPO, env=LAB_ENV, stdin=subprocess.DEVNULL,
-        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=300,
+        [str(PYINFRA), *args, "inventory.py", task], cwd=REPO, env={**LAB_ENV, "DUAL_SPARK_SITE": str(site)},
+        stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
     )
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")
 def lab():
-    """Both nodes fresh from the factory image, cable in the f0 port; removed afterwards."""
-    lab = Lab("f0")
-    lab.down()
-    lab.up()
-    yield lab
-    lab.down()
+    """Both nodes fresh from the factory image, cable in the f0 port; removed at the end."""
+    assert os.geteuid() == 0, "the lab needs root: run scripts/test (the fast tier is pytest -m 'not end_to_end')"
+    with LabLock():
+        lab = Lab("f0")
+        lab.up()
+        yield lab
+        lab.down()

@@ -12,8 +12,10 @@ import requests
 
 from bench.remote import LineStream, Target, connect, forward
 from bench.serving import TELEMETRY_QUERY, telemetry_rows
+from lab.config import DEPLOY_USER, LAB_DIR, NODES
 from tests.e2e.conftest import LAB_ENV, REPO, pyinfra
-from tests.lab.lab import DEPLOY_USER, LAB_DIR, NODES
+
+pytestmark = pytest.mark.end_to_end
 
 
 @pytest.fixture(scope="module")

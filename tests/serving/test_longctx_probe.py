@@ -5,8 +5,11 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tests.serving.conftest import API_KEY
 
+pytestmark = pytest.mark.end_to_end
 REPO = Path(__file__).resolve().parents[2]
 
 

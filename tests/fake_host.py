@@ -1,0 +1,110 @@
+"""A small fake host for testing operations without one, in the manner of pyinfra's own
+tests/util.py: facts come from a fixture (by fact name, then by arguments), commands are
+collected as text, the no-op description is recorded."""
+
+from __future__ import annotations
+
+import json
+from contextlib import ExitStack
+from types import SimpleNamespace
+
+from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
+from pyinfra.api.util import get_kwargs_str
+from pyinfra.context import ctx_host, ctx_inventory, ctx_state
+
+
+def fact_key(cls) -> str:
+    return f"{cls.__module__.split('.')[-1]}.{cls.__name__}"
+
+
+def args_key(kwargs: dict) -> str:
+    """The fixture key of a fact's arguments: pyinfra's own rendering, sorted."""
+    return ", ".join(sorted(get_kwargs_str(kwargs).split(", "))) if kwargs else ""
+
+
+class FakeHost:
+    def __init__(self, name: str, data: dict, facts: dict, state, connected: bool = True):
+        self.name = name
+        self.data = SimpleNamespace(**data)
+        self.facts = facts
+        self.state = state
+        self.connected = connected
+        self.noop_description: str | None = None
+        self.print_prefix = f"[{name}] "
+        self.in_op = True
+        self.current_op_global_arguments = None
+
+    def get_fact(self, cls, **kwargs):
+        key = fact_key(cls)
+        if key not in self.facts:
+            raise KeyError(f"{self.name}: missing test fact {key}")
+        by_args = self.facts[key]
+        wanted = args_key(kwargs)
+        if wanted not in by_args:
+            raise KeyError(f"{self.name}: missing test fact {key} for ({wanted}); have: {list(by_args)}")
+        return by_args[wanted]
+
+    def noop(self, description: str) -> None:
+        self.noop_description = description
+
+    def log(self, message: str, log_func=None) -> None:
+        pass
+
+    def connect(self, **kwargs) -> None:
+        pass
+
+    def get_temp_filename(self, hash_key: str | None = None, **kwargs) -> str:
+        return "_tempfile_"
+
+
+class FakeInventory:
+    def __init__(self, hosts: dict[str, FakeHost]):
+        self.hosts = hosts
+
+    def get_host(self, name: str) -> FakeHost:
+        return self.hosts[name]
+
+
+def command_text(command) -> str | list:
+    if isinstance(command, str):
+        return command.strip()
+    if isinstance(command, StringCommand):
+        return command.get_raw_value()
+    if isinstance(command, FileUploadCommand):
+        source = command.src
+        if hasattr(source, "read"):
+            source.seek(0)
+            source = source.read()
+        return ["upload", source, command.dest]
+    if isinstance(command, FunctionCommand):
+        return ["function", command.function.__name__]
+    raise TypeError(f"{command!r} is not a pyinfra command")
+
+
+def run_operation(op, case: dict) -> tuple[list, FakeHost]:
+    """Run an operation's generator against the fixture's host (and peer); its commands."""
+    state = SimpleNamespace(
+        is_executing=case.get("executing", False),
+        failed_hosts=set(),
+        config=SimpleNamespace(DIFF=False, TEMP_DIR=None, DEFAULT_TEMP_DIR="/tmp"),
+        print_noop_info=False,
+        cwd=None,
+    )
+    host_case = case["host"]
+    host = FakeHost(host_case["name"], host_case.get("data", {}), host_case.get("facts", {}), state)
+    hosts = {host.name: host}
+    if "peer" in case:
+        peer = FakeHost(case["peer"]["name"], case["peer"].get("data", {}), case["peer"].get("facts", {}), state)
+        hosts[peer.name] = peer
+        if not case["peer"].get("reachable", True):
+            state.failed_hosts.add(peer)
+    with ExitStack() as stack:
+        stack.enter_context(ctx_state.use(state))
+        stack.enter_context(ctx_host.use(host))
+        stack.enter_context(ctx_inventory.use(FakeInventory(hosts)))
+        commands = [command_text(command) for command in op._inner(**case.get("args", {}))]
+    return commands, host
+
+
+def load(path) -> dict:
+    return json.loads(path.read_text())

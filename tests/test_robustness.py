@@ -1,0 +1,103 @@
+"""Property tests: every fact's ``process`` and every parser in bench/parsers.py takes random,
+truncated and reordered output without raising; output that is only junk gives a reading that
+says so and names a line of it."""
+
+import json
+from pathlib import Path
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from bench import parsers
+from tests.test_facts import FIXTURES, facts_of_this_project
+
+HERE = Path(__file__).parent
+REAL_LINES = sorted({line for path in FIXTURES for line in json.loads(path.read_text())["output"]})
+BENCH_TEXTS = [path.read_text() for path in sorted((HERE / "bench/fixtures").iterdir())]
+JUNK = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=80)
+
+
+def mangled_lines():
+    """Real lines of every fixture, truncated at random, shuffled, with junk in between."""
+    real = st.sampled_from(REAL_LINES)
+    truncated = st.builds(lambda line, cut: line[:cut], real, st.integers(0, 120))
+    return st.lists(st.one_of(real, truncated, JUNK), max_size=40)
+
+
+def junk_lines():
+    """Lines that no fact has a format for: no spaces, colons, digits or markers."""
+    return st.lists(st.text(alphabet="qwxzQWXZ!?~", min_size=1, max_size=30), min_size=1, max_size=5)
+
+
+FACTS = list(facts_of_this_project())
+PROFILE = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("name, cls", FACTS, ids=[name for name, _ in FACTS])
+@PROFILE
+@given(lines=mangled_lines())
+def test_facts_never_raise(name, cls, lines):
+    reading = cls().process(lines)
+    assert isinstance(reading, dict) and isinstance(reading["unreadable"], list)
+
+
+@pytest.mark.parametrize("name, cls", FACTS, ids=[name for name, _ in FACTS])
+@PROFILE
+@given(lines=junk_lines())
+def test_junk_is_named_as_unreadable(name, cls, lines):
+    reading = cls().process(lines)
+    assert unreadable_lines(reading), f"{name} took {lines} for a reading: {reading}"
+    assert set(unreadable_lines(reading)) <= set(lines)
+
+
+def unreadable_lines(reading) -> list[str]:
+    """Every unreadable line anywhere in a (possibly combined) reading."""
+    found = []
+    if isinstance(reading, dict):
+        found += reading.get("unreadable", [])
+        for key, value in reading.items():
+            if key != "unreadable":
+                found += unreadable_lines(value)
+    elif isinstance(reading, list):
+        for value in reading:
+            found += unreadable_lines(value)
+    return found
+
+
+def mangled_texts():
+    real = st.sampled_from(BENCH_TEXTS)
+    truncated = st.builds(lambda text, cut: text[:cut], real, st.integers(0, 4000))
+    shuffled = st.builds(lambda text, seed: "\n".join(sorted(text.splitlines(), key=lambda line: hash((line, seed)))), real, st.integers())
+    return st.one_of(real, truncated, shuffled, JUNK)
+
+
+PARSERS = [parsers.parse_ping, parsers.parse_iperf3, parsers.parse_ib_write_bw, parsers.parse_all_reduce_perf]
+
+
+@pytest.mark.parametrize("parse", PARSERS, ids=lambda p: p.__name__)
+@PROFILE
+@given(text=mangled_texts())
+def test_parsers_never_raise(parse, text):
+    result = parse(text)
+    assert isinstance(result, dict) and "error" in result and isinstance(result["unreadable"], list)
+
+
+@pytest.mark.parametrize("parse", PARSERS, ids=lambda p: p.__name__)
+@PROFILE
+@given(lines=junk_lines())
+def test_parsers_name_junk(parse, lines):
+    result = parse("\n".join(lines))
+    assert result["error"] and set(result["unreadable"]) & {line.strip() for line in lines}
+
+
+@PROFILE
+@given(text=mangled_texts())
+def test_prometheus_never_raises(text):
+    metrics = parsers.parse_prometheus(text)
+    assert all(isinstance(value, float) for value in metrics.totals.values())
+
+
+def test_prometheus_names_junk():
+    metrics = parsers.parse_prometheus("vllm:ok_total 3\nthis is not a sample\n# HELP fine\n")
+    assert metrics.totals == {"vllm:ok_total": 3.0} and metrics.unreadable == ["this is not a sample"]
