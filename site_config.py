@@ -14,6 +14,8 @@ import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import serving_data
+
 REPO = Path(__file__).resolve().parent
 SITE_ENV = "DUAL_SPARK_SITE"
 PLACEHOLDER = "CHANGE_ME"
@@ -26,7 +28,7 @@ USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
 HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
 # The keys each table of the site file may hold ([settings] takes group_data/all.py's names).
 SCHEMA = {
-    "": {"ssh", "node", "settings"},
+    "": {"ssh", "node", "settings", "model", "image", "profile"},
     "ssh": {"user", "key", "port", "known_hosts"},
     "node": {"role", "hostname", "ssh_host", "rail"},
     "rail": {"netdev", "rdma", "address", "gid_index"},
@@ -72,6 +74,7 @@ class Site:
     known_hosts: str | None
     nodes: dict[str, Node]
     settings: dict = field(default_factory=dict)
+    serving: dict = field(default_factory=dict)
 
     def inventory_groups(self) -> dict[str, list[tuple[str, dict]]]:
         """pyinfra groups: {"head": [(name, data)], "worker": [(name, data)]}."""
@@ -80,6 +83,7 @@ class Site:
             peer = self.nodes["worker" if role == "head" else "head"]
             data = {
                 **self.settings,
+                **self.serving,
                 "role": role,
                 "expected_hostname": node.hostname,
                 "peer_name": peer.hostname,
@@ -184,13 +188,14 @@ class _Validator:
         if not isinstance(port, int) or not 0 < port < 65536:
             self.error("ssh.port", port, "use an SSH port number between 1 and 65535")
         nodes = self._nodes()
-        settings = self._settings()
+        serving = serving_data.merge(self.raw, self.error, lambda key, known, where: unknown(key, known, where, elsewhere=False))
+        settings = self._settings(serving)
         if nodes:
             self._fabric(nodes)
         if self.errors:
             listing = "\n".join(f"  - {line}" for line in self.errors)
             raise SiteError(f"{self.path}: {len(self.errors)} problem(s), no host was contacted:\n{listing}")
-        return Site(self.path, user, ssh.get("key"), port, ssh.get("known_hosts"), nodes, settings)
+        return Site(self.path, user, ssh.get("key"), port, ssh.get("known_hosts"), nodes, settings, serving)
 
     def _unknown_keys(self) -> None:
         """A typo anywhere (`ssh_hots`, `[sevrer]`) is refused, naming the nearest known key."""
@@ -304,7 +309,7 @@ class _Validator:
                 if duplicates:
                     self.error(f"{role} rail[].{label}", duplicates, "each rail needs its own device")
 
-    def _settings(self) -> dict:
+    def _settings(self, serving: dict) -> dict:
         defaults = default_settings()
         settings = {**self.raw.get("settings", {})}
         for key in settings:
@@ -315,25 +320,48 @@ class _Validator:
                 self.error(f"--data {key}", self.overrides[key], unknown(key, defaults, "the settings"))
         effective = {**defaults, **settings, **self.overrides}
         where = {key: ("--data " if key in self.overrides else "settings.") + key for key in effective}
+        for key, value in list(effective.items()):
+            if key in defaults and not serving_data.type_ok(value, type(defaults[key])):
+                self.error(where[key], value, f"use {serving_data.KIND[type(defaults[key])]}, like the default {defaults[key]!r}")
+                effective[key] = defaults[key]  # the checks below then see a value of the right type
         profile = effective["profile"]
-        if profile not in PROFILES:
-            self.error(where["profile"], profile, f"choose one of {', '.join(PROFILES)}")
+        if profile not in serving["profiles"]:
+            self.error(where["profile"], profile, f"choose one of {', '.join(sorted(serving['profiles']))}")
         mtu = effective["fabric_mtu"]
-        if not isinstance(mtu, int) or isinstance(mtu, bool) or not MTU_RANGE[0] <= mtu <= MTU_RANGE[1]:
+        if not MTU_RANGE[0] <= mtu <= MTU_RANGE[1]:
             self.error(where["fabric_mtu"], mtu, f"use an MTU between {MTU_RANGE[0]} and {MTU_RANGE[1]} (9000 for jumbo frames)")
-        port = effective["api_port"]
-        if not isinstance(port, int) or not 0 < port < 65536:
-            self.error(where["api_port"], port, "use a TCP port between 1 and 65535")
+        for key in ("api_port", "master_port"):
+            if not 0 < effective[key] < 65536:
+                self.error(where[key], effective[key], "use a TCP port between 1 and 65535")
         try:
-            ipaddress.ip_address(effective["api_host"])
+            api_host = ipaddress.ip_address(effective["api_host"])
         except ValueError:
             self.error(where["api_host"], effective["api_host"], "use an IP address (127.0.0.1 keeps the API on loopback)")
+        else:
+            if not api_host.is_loopback and not effective["api_public"]:
+                self.error(where["api_host"], str(api_host), "the API would answer beyond this machine: keep 127.0.0.1 "
+                           "(reach it through an SSH tunnel), or set api_public = true in [settings] to mean it")
         floor = effective["memory_floor_gib"]
-        if not isinstance(floor, (int, float)) or isinstance(floor, bool) or not 0 < floor <= 128:
+        if not 0 < floor <= 128:
             self.error(where["memory_floor_gib"], floor, "use a number of GiB above 0 and at most 128")
         path = str(effective["netplan_path"])
         if not re.match(r"^/etc/netplan/[A-Za-z0-9_.-]+\.yaml$", path):
             self.error(where["netplan_path"], path, "use a file directly under /etc/netplan ending in .yaml")
-        if not isinstance(effective["reboot_worker"], bool):
-            self.error(where["reboot_worker"], effective["reboot_worker"], "use true or false")
+        for key in ("state_dir", "model_dir", "stack_dir"):
+            if not re.match(r"^/[A-Za-z0-9_./-]+$", effective[key]) or "/../" in effective[key] + "/":
+                self.error(where[key], effective[key], "use an absolute path (letters, digits, '_', '.', '-', '/')")
+        if not str(effective["hf_token_file"]).startswith(("/", "~/")):
+            self.error(where["hf_token_file"], effective["hf_token_file"], "use an absolute path on the head, or one under ~/ (the deploy user's home)")
+        if not effective["hf_endpoint"].startswith(("https://", "http://")):
+            self.error(where["hf_endpoint"], effective["hf_endpoint"], "use the hub's URL, e.g. https://huggingface.co")
+        if effective["verify_model"] not in ("size", "full"):
+            self.error(where["verify_model"], effective["verify_model"], "use \"size\" (size and time against the manifest) or \"full\" (hash again)")
+        if not 1 <= effective["replication_streams"] <= 32:
+            self.error(where["replication_streams"], effective["replication_streams"], "use 1 to 32 streams per rail")
+        for key in ("container_mounts", "container_devices", "vllm_extra_args"):
+            if not all(isinstance(item, str) and item for item in effective[key]):
+                self.error(where[key], effective[key], "use a list of strings")
+        for path in effective["container_mounts"]:
+            if not str(path).startswith("/"):
+                self.error(where["container_mounts"], path, "mount absolute host paths")
         return {key: value for key, value in settings.items() if key in defaults}

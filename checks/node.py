@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from checks import FAIL, PASS, WARN, Check
 from checks.fabric import rail_checks
+from checks.runtime import image_check, model_check
+from serving_data import model_source
 
 USERNS_KEY = "kernel.apparmor_restrict_unprivileged_userns"
 NVML_FIXES = {
@@ -49,6 +51,11 @@ def node_checks(name: str, data, readings: dict, peer_name: str, peer: dict | No
         else:
             checks.append(Check(name, f"SSH to {peer_name} at {address}", FAIL, "login refused or asks for input",
                                 "run the deploy again (tasks/ssh_trust.py sets the key and known_hosts)"))
+    image = data.images[data.profiles[data.profile]["image"]]
+    checks.append(image_check(name, image["tag"], readings["image"], peer["image"] if peer else None, peer_name))
+    source = model_source(data.model)
+    head_model = readings["model"] if data.role == "head" else (peer["model"] if peer else None)
+    checks.append(model_check(name, data.role, source, readings["model"], head_model))
     checks += unreadable_checks(name, readings)
     return checks
 

@@ -20,7 +20,11 @@ def combined(sections: dict[str, str | StringCommand], background: dict[str, str
         for index, command in enumerate(background.values()):
             parts += ["(", command, ")", f'>"$t/{index}"', "2>&1", "&"]
     for name, command in sections.items():
-        parts += ["echo", f"'{MARK} {name}';", "{", command, ";", "};"]
+        text = command if isinstance(command, str) else command.get_raw_value()
+        if MARK in text:  # itself combined: its sections become "name.section"
+            parts += ["echo", f"'{MARK} {name}';", "{", command, ";", "}", "|", "sed", f"'s/^{MARK} /{MARK} {name}./';"]
+        else:
+            parts += ["echo", f"'{MARK} {name}';", "{", command, ";", "};"]
     if background:
         parts += ["wait;"]
         for index, name in enumerate(background):
@@ -41,6 +45,15 @@ def split(output: Iterable[str]) -> dict[str, list[str]]:
         else:
             sections[current].append(line)
     return sections
+
+
+def part(sections: dict[str, list[str]], name: str) -> list[str]:
+    """The output of section ``name`` as its own reading saw it, nested sections marked again."""
+    lines = list(sections.get(name, []))
+    for key, inner in sections.items():
+        if key.startswith(name + "."):
+            lines += [f"{MARK} {key[len(name) + 1:]}", *inner]
+    return lines
 
 
 def read_lines(output: Iterable[str], parse: Callable[[str], None]) -> list[str]:

@@ -7,7 +7,7 @@ from typing import TypedDict
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from facts.combine import read_lines
+from facts.combine import combined, read_lines, split
 
 SHA256 = re.compile(r"^[0-9a-f]{64}$")
 
@@ -85,7 +85,7 @@ class FileInfo(TypedDict):
     kind: str
     mode: str | None
     owner: str | None
-    sha256: str | None
+    sha256: str | None  # files only
 
 
 class Files(TypedDict):
@@ -95,14 +95,14 @@ class Files(TypedDict):
 
 class FileDigests(FactBase[Files]):
     """
-    For each path: a file (mode, owner, SHA-256), a directory, or absent. One round trip for
-    every file an operation manages.
+    For each path: a file (mode, owner, SHA-256), a directory (mode, owner), or absent. One
+    round trip for every path an operation manages.
 
     .. code:: python
 
         {"files": {"/etc/security/limits.d/99-rdma.conf": {"kind": "file", "mode": "644", "owner": "root:root",
                                                           "sha256": "9f86d0..."},
-                   "/run/systemd/system": {"kind": "directory", "mode": None, "owner": None, "sha256": None}},
+                   "/var/lib/dual-spark/model": {"kind": "directory", "mode": "755", "owner": "spark:spark", "sha256": None}},
          "unreadable": []}
     """
 
@@ -114,7 +114,7 @@ class FileDigests(FactBase[Files]):
         return StringCommand(
             "for p in", *(QuoteString(p) for p in paths), "; do",
             'if [ -f "$p" ]; then echo "file $(stat -c \'%a %U:%G\' "$p") $(sha256sum < "$p" | cut -c1-64) $p";',
-            'elif [ -d "$p" ]; then echo "directory $p"; else echo "absent $p"; fi; done',
+            'elif [ -d "$p" ]; then echo "directory $(stat -c \'%a %U:%G\' "$p") $p"; else echo "absent $p"; fi; done',
         )
 
     def process(self, output: list[str]) -> Files:
@@ -127,12 +127,45 @@ class FileDigests(FactBase[Files]):
                 if not mode.isdigit() or ":" not in owner or not SHA256.match(sha256):
                     raise ValueError(line)
                 files[path] = {"kind": "file", "mode": mode, "owner": owner, "sha256": sha256}
-            elif kind in ("directory", "absent") and rest.startswith("/"):
+            elif kind == "directory":
+                mode, owner, path = rest.split(" ", 2)
+                if not mode.isdigit() or ":" not in owner or not path.startswith("/"):
+                    raise ValueError(line)
+                files[path] = {"kind": "directory", "mode": mode, "owner": owner, "sha256": None}
+            elif kind == "absent" and rest.startswith("/"):
                 files[rest] = {"kind": kind, "mode": None, "owner": None, "sha256": None}
             else:
                 raise ValueError(line)
 
         return {"files": files, "unreadable": read_lines(output, parse)}
+
+
+class Settings(TypedDict):
+    files: Files
+    sysctl: SysctlReading
+    unreadable: list[str]
+
+
+class HostSettings(FactBase[Settings]):
+    """
+    The host settings' files (as FileDigests) and a sysctl's live value, in one round trip.
+
+    .. code:: python
+
+        {"files": {...FileDigests...}, "sysctl": {"value": 0, "unreadable": []}, "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Settings:
+        return {"files": FileDigests.default(), "sysctl": SysctlValue.default(), "unreadable": []}
+
+    def command(self, paths: list[str], key: str) -> StringCommand:
+        return combined({"files": FileDigests().command(paths), "sysctl": SysctlValue().command(key)})
+
+    def process(self, output: list[str]) -> Settings:
+        sections = split(output)
+        return {"files": FileDigests().process(sections.get("files", [])),
+                "sysctl": SysctlValue().process(sections.get("sysctl", [])), "unreadable": sections[""]}
 
 
 class SysctlReading(TypedDict):

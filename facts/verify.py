@@ -8,12 +8,13 @@ from typing import TypedDict
 
 from pyinfra.api import FactBase, StringCommand
 
-from facts.combine import combined, split
+from facts.combine import combined, part, split
 from facts.fabric import DfPing, Links, NetLinks, Ping, Rdma, RdmaDevices
 from facts.gpu import GpuMemory, Memory
 from facts.host_prep import Account, SysctlReading, SysctlValue, UserGroups
 from facts.identity import HostKeys, Identity, MachineIds, SshHostKeyFingerprints
 from facts.limits import LoginMemlock, Memlock
+from facts.runtime import Image, ImageState, Model, ModelState
 from facts.ssh_trust import Login, SshLogin
 
 
@@ -29,6 +30,8 @@ class Readings(TypedDict):
     docker: str | None
     memory: Memory
     ssh_to_peer: list[Login]
+    image: Image
+    model: Model
     unreadable: list[str]
 
 
@@ -36,7 +39,8 @@ class Readiness(FactBase[Readings]):
     """
     The readings behind one node's rows of the readiness table. ``pings`` are
     "netdev address" pairs, pinged with ``size``-byte don't-fragment probes; ``ssh_to`` the
-    peer addresses ``user`` must reach without a password.
+    peer addresses ``user`` must reach without a password; ``runtime`` the arguments of
+    ImageState (tag, marker) and ModelState (script, model_dir, manifest, state).
 
     .. code:: python
 
@@ -44,7 +48,7 @@ class Readiness(FactBase[Readings]):
          "memlock": {"limit": "unlimited", ...}, "userns": {"value": 0, ...}, "identity": {...MachineIds...},
          "host_keys": {...}, "user": {"exists": True, "uid": 1000, "groups": ["docker"], ...},
          "docker": "/usr/bin/docker", "memory": {...GpuMemory...}, "ssh_to_peer": [{"ok": True, ...}],
-         "unreadable": []}
+         "image": {...ImageState...}, "model": {...ModelState...}, "unreadable": []}
     """
 
     @staticmethod
@@ -52,9 +56,9 @@ class Readiness(FactBase[Readings]):
         return {"links": NetLinks.default(), "rdma": RdmaDevices.default(), "pings": [], "memlock": LoginMemlock.default(),
                 "userns": SysctlValue.default(), "identity": MachineIds.default(), "host_keys": SshHostKeyFingerprints.default(),
                 "user": UserGroups.default(), "docker": None, "memory": GpuMemory.default(), "ssh_to_peer": [],
-                "unreadable": []}
+                "image": ImageState.default(), "model": ModelState.default(), "unreadable": []}
 
-    def command(self, user: str, pings: list[str], size: int, ssh_to: list[str], userns_key: str) -> StringCommand:
+    def command(self, user: str, pings: list[str], size: int, ssh_to: list[str], userns_key: str, runtime: dict) -> StringCommand:
         background = {f"ping {i}": DfPing().command(*pair.split(), size=size) for i, pair in enumerate(pings)}
         background |= {f"ssh {i}": SshLogin().command(user, address) for i, address in enumerate(ssh_to)}
         return combined({
@@ -67,6 +71,9 @@ class Readiness(FactBase[Readings]):
             "user": UserGroups().command(user),
             "docker": StringCommand("command", "-v", "docker", "||", "true"),
             "memory": GpuMemory().command(),
+            "image": ImageState().command(runtime["tag"], runtime["marker"]),
+            "model": ModelState().command(runtime["script"], runtime["model_dir"], runtime["manifest"], runtime["state"],
+                                          user, "/dev/null"),
         }, background)
 
     def process(self, output: list[str]) -> Readings:
@@ -90,6 +97,8 @@ class Readiness(FactBase[Readings]):
             "docker": docker[0] if docker else None,
             "memory": GpuMemory().process(sections.get("memory", [])),
             "ssh_to_peer": [SshLogin().process(lines) for lines in numbered("ssh")],
+            "image": ImageState().process(part(sections, "image")),
+            "model": ModelState().process(part(sections, "model")),
             "unreadable": sections[""],
         }
 

@@ -1,5 +1,6 @@
-"""Defaults for both Sparks. A site overrides them in `site.toml` under [settings],
-a single run with `pyinfra ... --data key=value`."""
+"""Defaults for both Sparks. A site overrides them in `site.toml` under [settings], a single run
+with `pyinfra ... --data key=value`. What is served (model, images, profiles) is data of its own:
+group_data/serving.toml."""
 
 # Every operation runs as root through sudo; the deploy user itself is a normal user.
 _sudo = True
@@ -8,6 +9,41 @@ _sudo = True
 profile = "adaptive"
 api_host = "127.0.0.1"
 api_port = 8888
+api_public = False  # a non-loopback api_host is refused unless this is true
+master_port = 25000
+block_size = 256
+speculative_method = "dspark"
+speculative_options = {}  # more keys of --speculative-config, e.g. {"prompt_lookup_max": 3}
+vllm_extra_args = []  # more `vllm serve` flags, on both nodes
+serving_ready_timeout = 1800  # seconds the deploy waits for the first generated token
+serving_env = {
+    "NCCL_NET": "IB",
+    "NCCL_IB_DISABLE": "0",
+    "NCCL_CROSS_NIC": "1",
+    "NCCL_NVLS_ENABLE": "0",
+    "VLLM_DSPARK_GPU_REJECTED_CONTEXT_MASK": "1",
+    "VLLM_USE_BREAKABLE_CUDAGRAPH": "0",
+    "VLLM_USE_B12X_MOE": "1",
+    "VLLM_USE_B12X_WO_PROJECTION": "1",
+    "TORCH_CUDA_ARCH_LIST": "12.1a",
+    "HF_HUB_OFFLINE": "1",
+}
+
+# Containers (a site without GPUs or InfiniBand devices, like the lab, overrides these)
+container_gpus = "all"
+container_devices = ["/dev/infiniband"]
+container_ulimits = {"memlock": -1, "stack": 67108864, "nofile": 1048576}
+container_mounts = []  # host paths mounted read-only, at the same path, into every runtime container
+container_env = {}  # more environment for every runtime container
+
+# Runtime artifacts: everything dual-spark keeps on the nodes lives under state_dir
+state_dir = "/var/lib/dual-spark"
+model_dir = "/var/lib/dual-spark/model"
+stack_dir = "/etc/dual-spark"
+hf_endpoint = "https://huggingface.co"
+hf_token_file = "~/.cache/huggingface/token"  # on the head, the deploy user's; only gated repositories need it
+verify_model = "size"  # "full": hash every file of the model on both nodes again
+replication_streams = 4  # parallel TCP streams per fabric rail
 
 # QSFP fabric
 fabric_mtu = 9000

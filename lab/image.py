@@ -117,6 +117,14 @@ def vllm_paths() -> list[str]:
     return [str(venv), str(Path(home).parent)]
 
 
+def tiny_model() -> Path:
+    """The lab's model: a tiny Llama with random weights (tiny_model.py), built once with the
+    CPU vLLM environment's torch and transformers."""
+    script = HERE / "tiny_model.py"
+    return _cached("tiny-model", [BUILD_REVISION, script], lambda out: run(str(VLLM_PYTHON), str(script), str(out),
+                                                                          stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL))
+
+
 def runtime_build_context() -> Path:
     """A Docker build context (Dockerfile + root file system) for the lab's runtime image:
     Debian with Python's shared libraries and libnuma, running the shared CPU vLLM."""

@@ -1,21 +1,41 @@
 """The site file of the lab: what a user of these two nodes would write. It names the f0 netdevs
-whichever port the cable is in (--cable f1 is the user's cable in the other port)."""
+whichever port the cable is in (--cable f1 is the user's cable in the other port).
+
+Everything that differs from a Spark is a setting here, never a branch in the product: no GPU
+and no InfiniBand devices for the containers, the memlock and open-files ceilings this machine
+allows, the CPU vLLM environment mounted into the containers, the tiny model already on the
+head's disk, a runtime image built from the lab's Debian root file system, and CPU values for
+each published profile (same names, same number of sequences, a 512-token context)."""
 
 from __future__ import annotations
 
+import json
+import resource
 from pathlib import Path
 
-from lab.config import CABLE_LAYOUTS, DEPLOY_USER, LAB_DIR, NODES, rdma_of
+from lab.config import CABLE_LAYOUTS, DEPLOY_USER, LAB_DIR, LAB_MODEL, NODES, rdma_of
+
+PROFILES = ("adaptive", "fast", "long-c4")
 
 
-def render() -> str:
+def toml(value) -> str:
+    """A TOML value: JSON's strings, numbers, booleans and arrays are TOML; tables become inline."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{key} = {toml(item)}" for key, item in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml(item) for item in value) + "]"
+    return json.dumps(value)
+
+
+def table(name: str, values: dict) -> list[str]:
+    return [f"[{name}]", *(f"{key} = {toml(value)}" for key, value in values.items()), ""]
+
+
+def render(runtime_context: Path, shared: list[str]) -> str:
+    memlock, nofile = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1], resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     lines = [
         "# The lab's site file, written by `python -m lab up`.",
-        "[ssh]",
-        f'user = "{DEPLOY_USER}"',
-        f'key = "{LAB_DIR / "id_ed25519"}"',
-        f'known_hosts = "{LAB_DIR / "known_hosts"}"',
-        "",
+        *table("ssh", {"user": DEPLOY_USER, "key": str(LAB_DIR / "id_ed25519"), "known_hosts": str(LAB_DIR / "known_hosts")}),
     ]
     for role, octet in (("head", 1), ("worker", 2)):
         node = NODES[role]
@@ -23,10 +43,29 @@ def render() -> str:
         for index, netdev in enumerate(CABLE_LAYOUTS["f0"][0]):
             lines += ["[[node.rail]]", f'netdev = "{netdev}"', f'rdma = "{rdma_of(netdev)}"',
                       f'address = "10.0.{index}.{octet}/24"', ""]
+    lines += table("settings", {
+        "container_gpus": "",
+        "container_devices": [],
+        # This machine withholds CAP_SYS_RESOURCE: no container may raise a limit above its ceiling.
+        "container_ulimits": {"memlock": memlock, "stack": 67108864, "nofile": nofile},
+        "container_mounts": shared,
+        "container_env": {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+                          "TORCHDYNAMO_DISABLE": "1", "VLLM_CACHE_ROOT": "/tmp/vllm-cache"},
+        "vllm_extra_args": ["--enforce-eager"],
+        "speculative_method": "ngram",
+        "speculative_options": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},
+        "serving_ready_timeout": 300,
+    })
+    lines += table("model", {"path": LAB_MODEL, "served_name": "tiny", "tokenizer_mode": "auto",
+                             "tool_call_parser": "", "reasoning_parser": ""})
+    lines += table("image.lab-cpu", {"build": str(runtime_context), "kv_cache_dtypes": ["auto"], "python": "python3", "vllm": "vllm"})
+    for name in PROFILES:
+        lines += table(f"profile.{name}", {"image": "lab-cpu", "kv_cache_dtype": "auto", "max_model_len": 512,
+                                           "gpu_memory_utilization": 0.2, "speculative_tokens": 3, "flashinfer_autotune": False})
     return "\n".join(lines)
 
 
-def write() -> Path:
+def write(runtime_context: Path, shared: list[str]) -> Path:
     site = LAB_DIR / "site.toml"
-    site.write_text(render())
+    site.write_text(render(runtime_context, shared))
     return site

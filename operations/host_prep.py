@@ -3,14 +3,12 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
-from pyinfra.api.util import get_file_sha256
-from pyinfra.operations import apt, files
+from pyinfra.operations import apt
 
-from facts.host_prep import FileDigests, PackageStatus, SysctlValue, UserGroups
+from facts.host_prep import HostSettings, PackageStatus, UserGroups
+from operations.managed import file_differs, put_changed
 
 
 @operation()
@@ -55,80 +53,35 @@ def user_in_group(user: str, group: str):
     yield StringCommand("usermod", "-aG", QuoteString(group), QuoteString(user))
 
 
-def _differs(src: str, dest: str, mode: str, current: dict) -> bool:
-    info = current.get(dest)
-    return (info is None or info["kind"] != "file" or info["sha256"] != get_file_sha256(src)
-            or info["mode"] != mode or info["owner"] != "root:root")
-
-
 @operation()
-def config_files(entries: list[tuple[str, str, str]]):
+def host_settings(entries: list[tuple[str, str, str]], systemd_dropin: str, sysctl_key: str, sysctl_value: int):
     """
-    Put local configuration files on the node (root-owned), reading every destination in one
-    round trip; only those that differ are uploaded, each with its diff.
+    The OS settings two-node serving needs, in one round trip: root-owned configuration files
+    (pyinfra's files.put for those that differ, with their diffs), systemd re-executed when its
+    manager drop-in changed and systemd is PID 1, and a kernel parameter set live where this
+    kernel has it (the AppArmor userns key is Ubuntu's).
 
     + entries: (local source, remote destination, mode) of each file
+    + systemd_dropin: which destination is a systemd manager drop-in
+    + sysctl_key, sysctl_value: the parameter to set now
 
     **Example:**
 
     .. code:: python
 
-        config_files(entries=[("files/host_prep/99-rdma.conf", "/etc/security/limits.d/99-rdma.conf", "644")])
+        host_settings(entries=[("files/host_prep/99-rdma.conf", "/etc/security/limits.d/99-rdma.conf", "644")],
+                      systemd_dropin="/etc/systemd/system.conf.d/90-rdma-memlock.conf",
+                      sysctl_key="kernel.apparmor_restrict_unprivileged_userns", sysctl_value=0)
     """
-    current = host.get_fact(FileDigests, paths=[dest for _, dest, _ in entries])["files"]
-    changed = [(src, dest, mode) for src, dest, mode in entries if _differs(src, dest, mode, current)]
-    if not changed:
-        host.noop(f"up to date: {', '.join(Path(dest).name for _, dest, _ in entries)}")
-        return
-    for src, dest, mode in changed:
-        yield from files.put._inner(src=src, dest=dest, user="root", group="root", mode=mode, create_remote_dir=True)
-
-
-@operation()
-def systemd_manager_setting(src: str, path: str):
-    """
-    Write a systemd manager drop-in (``/etc/systemd/system.conf.d/``) and re-execute systemd
-    when it changed and systemd is PID 1, so new services get the setting.
-
-    + src: the local drop-in file
-    + path: where it goes on the node
-
-    **Example:**
-
-    .. code:: python
-
-        systemd_manager_setting(
-            src="files/host_prep/90-rdma-memlock.conf",
-            path="/etc/systemd/system.conf.d/90-rdma-memlock.conf",
-        )
-    """
-    current = host.get_fact(FileDigests, paths=[path])["files"]
-    if not _differs(src, path, "644", current):
-        host.noop(f"{path} is up to date")
-        return
-    yield from files.put._inner(src=src, dest=path, user="root", group="root", mode="644", create_remote_dir=True)
-    yield 'if [ "$(cat /proc/1/comm)" = systemd ]; then systemctl daemon-reexec; fi'
-
-
-@operation()
-def live_sysctl(key: str, value: int):
-    """
-    Set a kernel parameter now, where this kernel has it; a kernel without the key (the
-    AppArmor userns key is Ubuntu's) is left alone.
-
-    + key: the sysctl name
-    + value: the value it should read
-
-    **Example:**
-
-    .. code:: python
-
-        live_sysctl(key="kernel.apparmor_restrict_unprivileged_userns", value=0)
-    """
-    current = host.get_fact(SysctlValue, key=key)["value"]
-    if current is None:
-        host.noop(f"this kernel has no {key}: nothing to set live")
-    elif current == value:
-        host.noop(f"{key} is {value}")
-    else:
-        yield StringCommand("sysctl", "-w", QuoteString(f"{key}={value}"))
+    current = host.get_fact(HostSettings, paths=[dest for _, dest, _ in entries], key=sysctl_key)
+    files_now = current["files"]["files"]
+    changes = list(put_changed(entries, files_now))
+    source = next(src for src, dest, _ in entries if dest == systemd_dropin)
+    if file_differs(source, "644", files_now.get(systemd_dropin)):
+        changes.append('if [ "$(cat /proc/1/comm)" = systemd ]; then systemctl daemon-reexec; fi')
+    live = current["sysctl"]["value"]
+    if live is not None and live != sysctl_value:
+        changes.append(StringCommand("sysctl", "-w", QuoteString(f"{sysctl_key}={sysctl_value}")))
+    if not changes:
+        host.noop("files up to date" + (f", {sysctl_key} = {sysctl_value}" if live is not None else f"; this kernel has no {sysctl_key}"))
+    yield from changes

@@ -3,6 +3,7 @@ so a step that needs both nodes says so instead of dying in a traceback."""
 
 from __future__ import annotations
 
+import gevent
 from pyinfra import host, inventory, logger, state
 from pyinfra.api import Host
 
@@ -25,3 +26,12 @@ def warn_unreachable(step: str) -> None:
         f"{step} needs both nodes and is left for the next run. Check that {host.data.peer_name} is on, that sshd "
         "runs and the management LAN."
     )
+
+
+def read_both(fact, peer: Host | None, **kwargs) -> tuple:
+    """A fact of this node and of the peer (None without a peer), read at the same time."""
+    if peer is None:
+        return host.get_fact(fact, **kwargs), None
+    theirs = gevent.spawn(peer.get_fact, fact, **kwargs)
+    mine = host.get_fact(fact, **kwargs)
+    return mine, theirs.get()

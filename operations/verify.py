@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import click
+import gevent
 from pyinfra import host, inventory, state
 from pyinfra.api import QuoteString, StringCommand, operation
 
@@ -10,6 +11,7 @@ from checks import FAIL
 from checks.node import USERNS_KEY, node_checks, unreachable
 from checks.table import failure_summary, render
 from facts.verify import Readiness, ping_targets
+from operations.runtime import paths, smoke_marker
 
 
 def read_node(node) -> dict | None:
@@ -21,15 +23,21 @@ def read_node(node) -> dict | None:
         if not node.connected:
             return None
     data = node.data
+    where = paths(data.state_dir, data.model_dir)
+    tag = data.images[data.profiles[data.profile]["image"]]["tag"]
+    runtime = {"tag": tag, "marker": smoke_marker(data.state_dir, tag), "script": where["model_sync"],
+               "model_dir": data.model_dir, "manifest": where["manifest"], "state": where["verified"]}
     return node.get_fact(
         Readiness, user=data.deploy_user, pings=ping_targets(data.rails, data.peer_rails), size=data.fabric_mtu - 28,
         ssh_to=[peer["address"] for peer in data.peer_rails] if data.role == "head" else [], userns_key=USERNS_KEY,
+        runtime=runtime,
     )
 
 
 def all_checks(nodes: list) -> list:
     """Every readiness row of both nodes; a node that does not answer is one FAIL row."""
-    readings = {node.name: read_node(node) for node in nodes}
+    reads = {node.name: gevent.spawn(read_node, node) for node in nodes}
+    readings = {name: greenlet.get() for name, greenlet in reads.items()}
     checks = []
     for node, peer in zip(nodes, nodes[::-1]):
         mine = readings[node.name]

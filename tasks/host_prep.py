@@ -3,7 +3,7 @@
 from pyinfra import host
 
 from checks.node import USERNS_KEY
-from operations.host_prep import config_files, live_sysctl, systemd_manager_setting, tools_installed, user_in_group
+from operations.host_prep import host_settings, tools_installed, user_in_group
 
 tools_installed(
     name="Install the fabric and host tools",
@@ -16,22 +16,14 @@ user_in_group(
     group="docker",
 )
 
-config_files(
-    name="Lift the memlock limit for logins (RDMA) and persist the AppArmor userns setting",
+host_settings(
+    name="Lift the memlock limit for logins and services (RDMA); allow unprivileged user namespaces (AppArmor)",
     entries=[
         ("files/host_prep/99-rdma.conf", host.data.memlock_limits_path, "644"),
+        ("files/host_prep/90-rdma-memlock.conf", host.data.memlock_systemd_path, "644"),
         ("files/host_prep/60-apparmor-userns.conf", host.data.userns_sysctl_path, "644"),
     ],
-)
-
-systemd_manager_setting(
-    name="Lift the memlock limit for systemd services",
-    src="files/host_prep/90-rdma-memlock.conf",
-    path=host.data.memlock_systemd_path,
-)
-
-live_sysctl(
-    name="Apply the AppArmor unprivileged-userns setting now",
-    key=USERNS_KEY,
-    value=0,
+    systemd_dropin=host.data.memlock_systemd_path,
+    sysctl_key=USERNS_KEY,
+    sysctl_value=0,
 )

@@ -4,6 +4,7 @@ collected as text, the no-op description is recorded."""
 
 from __future__ import annotations
 
+import hashlib
 import json
 from contextlib import ExitStack
 from types import SimpleNamespace
@@ -75,9 +76,12 @@ def command_text(command) -> str | list:
         if hasattr(source, "read"):
             source.seek(0)
             source = source.read()
+        if isinstance(source, bytes):
+            source = f"<{len(source)} bytes, sha256 {hashlib.sha256(source).hexdigest()}>"
         return ["upload", source, command.dest]
     if isinstance(command, FunctionCommand):
-        return ["function", command.function.__name__]
+        return ["function", command.function.__name__, *(command_text(arg) if isinstance(arg, StringCommand) else arg
+                                                         for arg in command.args)]
     raise TypeError(f"{command!r} is not a pyinfra command")
 
 

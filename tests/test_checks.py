@@ -12,8 +12,12 @@ from checks.table import render
 RAILS = [{"netdev": "enp1s0f0np0", "rdma": "rocep1s0f0", "address": "10.0.0.1", "cidr": "10.0.0.1/24", "gid_index": "auto"},
          {"netdev": "enP2p1s0f0np0", "rdma": "roceP2p1s0f0", "address": "10.0.1.1", "cidr": "10.0.1.1/24", "gid_index": "auto"}]
 PEER_RAILS = [{**RAILS[0], "address": "10.0.0.2", "cidr": "10.0.0.2/24"}, {**RAILS[1], "address": "10.0.1.2", "cidr": "10.0.1.2/24"}]
+TAG = "dual-spark/lab-cpu:f24f0f86b830"
+MODEL = {"path": "/srv/lab-models/tiny-llama", "served_name": "tiny"}
 DATA = SimpleNamespace(rails=RAILS, peer_rails=PEER_RAILS, fabric_mtu=9000, expected_link_speed_mbps=200000,
-                       memory_floor_gib=95, deploy_user="spark", role="worker")
+                       memory_floor_gib=95, deploy_user="spark", role="worker", profile="adaptive",
+                       profiles={"adaptive": {"image": "lab-cpu"}}, images={"lab-cpu": {"tag": TAG}}, model=MODEL)
+IMAGE_ID, DIGEST = "sha256:" + "5e" * 32, "e8" * 32
 
 
 def port(state, netdev, ipv4=None):
@@ -40,11 +44,15 @@ def healthy() -> dict:
         "user": ok(exists=True, uid=1000, groups=["docker"]), "docker": "/usr/bin/docker",
         "memory": ok(source="/proc/meminfo", gpus=["NVIDIA GB10"], total_gib=121.6, available_gib=117.4, nvidia_smi="ok"),
         "ssh_to_peer": [], "unreadable": [],
+        "image": ok(id=IMAGE_ID, smoke_tested=IMAGE_ID),
+        "model": ok(exists=True, free_bytes=1 << 40, manifest=None, verified=DIGEST, changed=[], token_mode=None),
     }
 
 
 PEER = {**healthy(), "identity": ok(etc="b" * 32, dbus=None, dbus_is_link=False, hostname="spark-head"),
-        "host_keys": ok(fingerprints={"ED25519": "SHA256:theirs"})}
+        "host_keys": ok(fingerprints={"ED25519": "SHA256:theirs"}),
+        "model": ok(exists=True, free_bytes=1 << 40, verified=None, changed=[], token_mode=None,
+                    manifest={"digest": DIGEST, "files": 6, "bytes": 706289, "source": {"path": MODEL["path"]}})}
 
 
 def checks_with(**changes):
@@ -57,7 +65,7 @@ def test_a_healthy_node_passes_everything():
     checks = checks_with()
     assert {check.status for check in checks.values()} == {PASS}
     assert checks["rail 0 rocep1s0f0 RoCE"].detail == "ACTIVE, 200 Gb/sec (4X HDR), RoCE v2 GID index 3"
-    assert "readiness: 13 of 13 checks pass" in render(list(checks.values()))
+    assert "readiness: 15 of 15 checks pass" in render(list(checks.values()))
 
 
 @pytest.mark.parametrize("changes, item, detail, fix", [
@@ -78,6 +86,14 @@ def test_a_healthy_node_passes_everything():
     ({"pings": [ok(sent=3, received=0, error="local error: message too long, mtu=1500")] * 2},
      "rail 1 jumbo ping", "fails (local error: message too long, mtu=1500)", "set MTU 9000 on both ends of rail 1"),
     ({"links": ok(links={})}, "rail 0 enp1s0f0np0 link", "no such netdev", "ip -br link"),
+    ({"image": ok(id=None, smoke_tested=None)}, f"runtime image {TAG}", "not on this node", "run the deploy again"),
+    ({"image": ok(id=IMAGE_ID, smoke_tested=None)}, f"runtime image {TAG}", "has not passed its smoke test", "import vllm"),
+    ({"image": ok(id="sha256:" + "a1" * 32, smoke_tested="sha256:" + "a1" * 32)}, f"runtime image {TAG}",
+     "sha256:a1a1a1a1a1a1 here, sha256:5e5e5e5e5e5e on spark-head", "it sends what the worker lacks"),
+    ({"model": ok(exists=True, free_bytes=1, manifest=None, verified=None, changed=[], token_mode=None)}, "model copy",
+     "not verified against the head's manifest", "run the deploy again"),
+    ({"model": ok(exists=True, free_bytes=1, manifest=None, verified=DIGEST, changed=["model.safetensors"], token_mode=None)},
+     "model copy", "1 file(s) changed since verified: model.safetensors", "only what differs moves"),
 ])
 def test_each_failure_names_the_problem_and_the_fix(changes, item, detail, fix):
     check = checks_with(**changes)[item]
@@ -127,3 +143,12 @@ def test_an_unreachable_peer_is_named_and_its_rows_point_there():
     assert "deploy user" not in checks and "SSH host keys" not in checks
     row = unreachable("spark-worker", "192.168.1.11", 22)
     assert row.status == FAIL and "192.168.1.11:22" in row.detail and "sshd" in row.fix
+
+
+def test_the_heads_model_row_reads_its_manifest():
+    data = SimpleNamespace(**{**vars(DATA), "role": "head"})
+    checks = {c.item: c for c in node_checks("spark-head", data, PEER, "spark-worker", healthy())}
+    assert checks["model"].status == PASS and checks["model"].detail == f"6 files, 0.00 GiB, manifest {DIGEST[:12]}"
+    other = SimpleNamespace(**{**vars(data), "model": {"repo": "org/name", "revision": "0" * 40}})
+    checks = {c.item: c for c in node_checks("spark-head", other, PEER, "spark-worker", healthy())}
+    assert checks["model"].status == FAIL and checks["model"].detail == "not fetched for this source"

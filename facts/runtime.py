@@ -1,0 +1,115 @@
+"""Readings of the runtime artifacts: the runtime image on a node, and the model's bytes."""
+
+from __future__ import annotations
+
+import json
+from typing import TypedDict
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+
+from facts.combine import combined, split
+
+
+class Image(TypedDict):
+    id: str | None
+    smoke_tested: str | None
+    unreadable: list[str]
+
+
+class ImageState(FactBase[Image]):
+    """
+    The ID of the image tagged ``tag`` (None where the node lacks it), and the image ID the
+    smoke test last passed for (read from ``marker``).
+
+    .. code:: python
+
+        {"id": "sha256:9e69ec7f2e68...", "smoke_tested": "sha256:9e69ec7f2e68...", "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Image:
+        return {"id": None, "smoke_tested": None, "unreadable": []}
+
+    def command(self, tag: str, marker: str) -> StringCommand:
+        return combined({
+            "id": StringCommand("docker", "image", "inspect", "-f", "'{{.Id}}'", QuoteString(tag), "2>/dev/null"),
+            "smoke": StringCommand("cat", QuoteString(marker), "2>/dev/null"),
+        })
+
+    def process(self, output: list[str]) -> Image:
+        sections = split(output)
+
+        def image_id(lines: list[str]) -> tuple[str | None, list[str]]:
+            values = [line.strip() for line in lines if line.strip()]
+            if len(values) == 1 and values[0].startswith("sha256:"):
+                return values[0], []
+            return None, values
+
+        found, bad = image_id(sections.get("id", []))
+        smoke, bad_smoke = image_id(sections.get("smoke", []))
+        return {"id": found, "smoke_tested": smoke, "unreadable": sections[""] + bad + bad_smoke}
+
+
+class Model(TypedDict):
+    exists: bool
+    free_bytes: int | None
+    manifest: dict | None
+    verified: str | None
+    changed: list[str]
+    token_mode: str | None
+    unreadable: list[str]
+
+
+class ModelState(FactBase[Model]):
+    """
+    The model directory as model_sync.py reads it without hashing: whether it exists, the free
+    space, the manifest (head) or the digest recorded as verified (worker), the files whose size
+    or mtime moved since; and the mode of ``user``'s hub token file (None where absent).
+
+    .. code:: python
+
+        {"exists": True, "free_bytes": 3221225472000, "manifest": {"digest": "ab12...", "files": 52,
+         "bytes": 166798331904, "source": {"repo": "...", "revision": "..."}}, "verified": None,
+         "changed": [], "token_mode": "600", "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Model:
+        return {"exists": False, "free_bytes": None, "manifest": None, "verified": None, "changed": [],
+                "token_mode": None, "unreadable": []}
+
+    def command(self, script: str, model_dir: str, manifest: str, state: str, user: str, token_file: str) -> StringCommand:
+        status = ["python3", QuoteString(script), "status", "--dir", QuoteString(model_dir), "--state", QuoteString(state)]
+        if manifest:
+            status += ["--manifest", QuoteString(manifest)]
+        return combined({
+            "status": StringCommand("test", "-f", QuoteString(script), "&&", *status),
+            "token": StringCommand(token_path(user, token_file), 'stat -c %a "$t" 2>/dev/null'),
+        })
+
+    def process(self, output: list[str]) -> Model:
+        sections = split(output)
+        reading = self.default()
+        lines = [line for line in sections.get("status", []) if line.strip()]
+        unreadable = list(sections[""])
+        if lines:
+            try:
+                status = json.loads(lines[-1])
+                reading.update({key: status[key] for key in ("exists", "free_bytes", "manifest", "verified", "changed")})
+            except (ValueError, KeyError, TypeError):
+                unreadable += lines
+        mode = [line.strip() for line in sections.get("token", []) if line.strip()]
+        if len(mode) == 1 and mode[0].isdigit():
+            reading["token_mode"] = mode[0]
+        else:
+            unreadable += mode
+        reading["unreadable"] = unreadable
+        return reading
+
+
+def token_path(user: str, token_file: str) -> StringCommand:
+    """Shell that sets $t to the token file, "~/" meaning the deploy user's home."""
+    if token_file.startswith("~/"):
+        home = StringCommand('"$(getent passwd', QuoteString(user), '| cut -d: -f6)"')
+        return StringCommand("t=", home, "/", QuoteString(token_file[2:]), ";", _separator="")
+    return StringCommand("t=", QuoteString(token_file), ";", _separator="")

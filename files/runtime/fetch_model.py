@@ -1,0 +1,107 @@
+#!/usr/bin/env python3
+# Managed by the dual-spark deploy (tasks/runtime.py): edits here are overwritten.
+"""Fetch a model repository at a pinned revision from the Hugging Face hub into a directory,
+once, on the head. Runs inside the runtime image (which has huggingface_hub); the hub is
+$HF_ENDPOINT. Before any byte moves it checks what a user gets wrong: a gated repository without
+a token (or with one that has no access), a revision that does not exist, a disk too small.
+Files already complete are not fetched again; LFS files are checked against the hub's SHA-256.
+
+    fetch_model.py --repo ORG/NAME --revision COMMIT --dest DIR [--token-file FILE] [--workers N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import os
+import shutil
+import sys
+import time
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from huggingface_hub import HfApi, hf_hub_download
+from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+
+
+def fail(message: str) -> None:
+    print(f"fetch_model: {message}", file=sys.stderr)
+    sys.exit(1)
+
+
+def gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
+
+
+def sha256(path: Path) -> str:
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        while block := handle.read(8 << 20):
+            digest.update(block)
+    return digest.hexdigest()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--repo", required=True)
+    parser.add_argument("--revision", required=True)
+    parser.add_argument("--dest", type=Path, required=True)
+    parser.add_argument("--token-file", type=Path)
+    parser.add_argument("--workers", type=int, default=8)
+    args = parser.parse_args()
+    started = time.monotonic()
+    token = args.token_file.read_text().strip() if args.token_file and args.token_file.is_file() else None
+    where = f"{args.repo} at {args.revision[:12]}"
+    api = HfApi(endpoint=os.environ.get("HF_ENDPOINT"))
+    try:
+        info = api.model_info(args.repo, revision=args.revision, files_metadata=True, token=token)
+    except GatedRepoError:
+        if token:
+            fail(f"{where} is gated and this token has no access. Fix: accept the model's terms on its hub page "
+                 "with the account the token belongs to, or use a token of an account that has.")
+        fail(f"{where} is gated: a token is needed. Fix: accept the model's terms on its hub page, create a read "
+             "token, and put it on the head in the file hf_token_file names (mode 600), e.g. with `hf auth login`.")
+    except RevisionNotFoundError:
+        fail(f"{args.repo} has no revision {args.revision}. Fix: set model.revision in site.toml to a commit of "
+             "the repository (its history on the hub lists them).")
+    except RepositoryNotFoundError:
+        fail(f"no repository {args.repo} (or it is private to others). Fix: check model.repo in site.toml.")
+    except HfHubHTTPError as error:
+        fail(f"the hub refused {where}: {error}")
+    except OSError as error:
+        fail(f"cannot reach the hub at {api.endpoint}: {error}. Fix: check the head's network (or hf_endpoint).")
+
+    files = [(s.rfilename, s.size or 0, s.lfs.sha256 if s.lfs else None) for s in info.siblings]
+    args.dest.mkdir(parents=True, exist_ok=True)
+
+    def complete(name: str, size: int) -> bool:
+        path = args.dest / name
+        return path.is_file() and path.stat().st_size == size
+
+    missing = [(name, size, lfs) for name, size, lfs in files if not complete(name, size)]
+    needed = sum(size for _, size, _ in missing)
+    free = shutil.disk_usage(args.dest).free
+    if needed > free:
+        fail(f"{args.dest} has {gib(free)} free; {where} needs {gib(needed)} more. Fix: free space there, "
+             "or set model_dir in site.toml to a disk with room.")
+
+    def fetch(item) -> int:
+        name, size, lfs = item
+        path = Path(hf_hub_download(args.repo, name, revision=info.sha, local_dir=args.dest, token=token))
+        if lfs and sha256(path) != lfs:
+            path.unlink()
+            raise ValueError(f"{name} does not match the hub's SHA-256: removed, run again")
+        return size
+
+    try:
+        with ThreadPoolExecutor(args.workers) as pool:
+            moved = sum(pool.map(fetch, missing))
+    except (HfHubHTTPError, OSError, ValueError) as error:
+        fail(f"fetching {where} stopped: {error}. Run the deploy again: files already complete are kept.")
+    print(json.dumps({"commit": info.sha, "files": len(files), "bytes": sum(size for _, size, _ in files),
+                      "fetched_files": len(missing), "fetched_bytes": moved, "seconds": round(time.monotonic() - started, 3)}))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,250 @@
+"""Operations for the runtime artifacts both Sparks need before serving: the runtime image,
+obtained once on the head and streamed to the worker, and the model, fetched once on the head,
+hashed, and replicated to the worker over the fabric."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import json
+import posixpath
+import shlex
+import tarfile
+from pathlib import Path
+
+from pyinfra import host, logger
+from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringCommand, operation
+
+from facts.runtime import ImageState, ModelState, token_path
+from operations.peer import reachable_peer, read_both, warn_unreachable
+from serving_data import model_source
+
+SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+
+
+def paths(state_dir: str, model_dir: str) -> dict[str, str]:
+    """Where the runtime's files live on a node."""
+    return {
+        "bin": f"{state_dir}/bin",
+        "model_sync": f"{state_dir}/bin/model_sync.py",
+        "fetch_model": f"{state_dir}/bin/fetch_model.py",
+        "manifest": f"{state_dir}/model.manifest.json",
+        "verified": f"{model_dir}/.dual-spark-verified.json",
+        "smoke": f"{state_dir}/runtime",
+    }
+
+
+def smoke_marker(state_dir: str, tag: str) -> str:
+    """Where a node records the image ID that passed its smoke test."""
+    return f"{paths(state_dir, '')['smoke']}/{tag.replace('/', '_').replace(':', '_')}"
+
+
+def container_args(container: dict) -> list:
+    """`docker run` arguments every runtime container gets from the site's container settings."""
+    args: list = []
+    for path in container["mounts"]:
+        args += ["-v", QuoteString(f"{path}:{path}:ro")]
+    for key, value in sorted(container["env"].items()):
+        args += ["-e", QuoteString(f"{key}={value}")]
+    return args
+
+
+def smoke_test(tag: str, image: dict, container: dict, marker: str) -> StringCommand:
+    """`import vllm` in a throwaway container; the image ID is recorded when it passes."""
+    return StringCommand(
+        "docker", "image", "inspect", QuoteString(tag), ">/dev/null", "2>&1", "||",
+        "{", "echo", QuoteString(f"{tag} is not on this node: the head sends it (see its errors above)"), ">&2;", "exit", "1;", "}", "&&",
+        "docker", "run", "--rm", "--network", "none", *container_args(container), "--entrypoint", QuoteString(image["python"]),
+        QuoteString(tag), "-c", QuoteString("import vllm"), "&&",
+        "mkdir", "-p", QuoteString(posixpath.dirname(marker)), "&&",
+        "docker", "image", "inspect", "-f", "'{{.Id}}'", QuoteString(tag), ">", QuoteString(marker),
+    )
+
+
+def build_context(directory: str) -> io.BytesIO:
+    """A Docker build context as a gzipped tar, for one upload; the same bytes for the same files."""
+    def normalized(info: tarfile.TarInfo) -> tarfile.TarInfo:
+        info.mtime, info.uid, info.gid, info.uname, info.gname = 0, 0, 0, "root", "root"
+        return info
+
+    data = io.BytesIO()
+    with gzip.GzipFile(fileobj=data, mode="wb", compresslevel=1, mtime=0) as compressed:
+        with tarfile.open(fileobj=compressed, mode="w") as tar:
+            for path in sorted(Path(directory).rglob("*")):
+                tar.add(path, arcname=path.relative_to(directory).as_posix(), recursive=False, filter=normalized)
+    data.seek(0)
+    return data
+
+
+def on_worker(peer_rails: list[dict], user: str, body: str) -> StringCommand:
+    """Shell that runs ``body`` with `w CMD` meaning "run CMD on the worker", over the first fabric
+    rail the worker answers on, saying which rails it skipped."""
+    ssh = f"sudo -n -u {shlex.quote(user)} ssh {' '.join(SSH_OPTIONS)}"
+    script = []
+    for rail in peer_rails:
+        target = shlex.quote(f"{user}@{rail['address']}")
+        script.append(
+            f"if {ssh} {target} true 2>/dev/null; then w() {{ {ssh} -c aes128-gcm@openssh.com {target} \"$@\"; }}; "
+            f"{body}; exit $?; fi; echo 'the worker does not answer over SSH at {rail['address']}: trying the next rail' >&2;"
+        )
+    script.append("echo 'the worker answers on no fabric rail: run pyinfra inventory.py tasks/verify.py' >&2; exit 1")
+    return StringCommand("sh", "-c", QuoteString(" ".join(script)))
+
+
+def image_id_of(tag: str) -> str:
+    return f"docker image inspect -f '{{{{.Id}}}}' {shlex.quote(tag)}"
+
+
+@operation()
+def runtime_image(image_name: str, image: dict, user: str, peer_rails: list[dict], state_dir: str, container: dict):
+    """
+    On the head: obtain the runtime image once (pull by digest, or build from its directory
+    here) and smoke-test it (`import vllm` in a throwaway container); stream it to the worker
+    over the fabric (`docker save | ssh worker docker load`) only when the worker lacks that
+    image ID, check the IDs match, and smoke-test it there. Both nodes know it by one local tag.
+
+    + image_name: the image's name in the serving data
+    + image: its spec (``tag``, and ``ref`` or ``build``, ``python``)
+    + user: the deploy user (SSH to the worker as this user)
+    + peer_rails: the worker's rails (``address`` of each), tried in order
+    + state_dir: where the smoke-test markers live
+    + container: the site's container settings (``mounts``, ``env``)
+
+    **Example:**
+
+    .. code:: python
+
+        runtime_image(image_name="tony-overlay", image=host.data.images["tony-overlay"], user="spark",
+                      peer_rails=host.data.peer_rails, state_dir="/var/lib/dual-spark", container=...)
+    """
+    tag = image["tag"]
+    marker = smoke_marker(state_dir, tag)
+    peer = reachable_peer()
+    mine, theirs = read_both(ImageState, peer, tag=tag, marker=marker)
+    if mine["id"] is None:
+        if "ref" in image:
+            yield StringCommand("docker", "pull", QuoteString(image["ref"]), "&&", "docker", "tag", QuoteString(image["ref"]), QuoteString(tag))
+        else:
+            context = posixpath.join(state_dir, "build", image_name)
+            upload = f"{context}.tar.gz"
+            yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(upload)))
+            yield FileUploadCommand(build_context(image["build"]), upload, remote_temp_filename=host.get_temp_filename(upload))
+            yield StringCommand("rm", "-rf", QuoteString(context), "&&", "mkdir", "-p", QuoteString(context), "&&",
+                                "tar", "-xzf", QuoteString(upload), "-C", QuoteString(context), "&&",
+                                "docker", "build", "-t", QuoteString(tag), QuoteString(context), "&&",
+                                "rm", "-rf", QuoteString(context), QuoteString(upload))
+    if mine["id"] is None or mine["smoke_tested"] != mine["id"]:
+        yield smoke_test(tag, image, container, marker)
+    if peer is None:
+        warn_unreachable("sending the runtime image to the worker")
+        return
+    remote_smoke = "w " + shlex.quote("sudo -n sh -c " + shlex.quote(smoke_test(tag, image, container, marker).get_raw_value()))
+    if mine["id"] is None or theirs["id"] != mine["id"]:
+        yield on_worker(peer_rails, user, (
+            f"docker save {shlex.quote(tag)} | w sudo -n docker load >/dev/null && "
+            f"test \"$({image_id_of(tag)})\" = \"$(w {shlex.quote('sudo -n ' + image_id_of(tag))})\" && {remote_smoke}"
+        ))
+    elif theirs["smoke_tested"] != theirs["id"]:
+        yield on_worker(peer_rails, user, remote_smoke)
+    elif mine["smoke_tested"] == mine["id"]:
+        host.noop(f"{tag} ({mine['id'][:19]}) on both nodes, smoke-tested")
+
+
+def reported(state, host, command: StringCommand, what: str) -> bool:
+    """Run a helper whose last output line is a JSON summary; log it as one line of the run."""
+    status, output = host.run_shell_command(command, _sudo=True)
+    for line in output.stderr_lines[-10:]:
+        host.log(line, logger.warning if status else logger.error)
+    if not status:
+        return False
+    try:
+        summary = json.loads(output.stdout_lines[-1])
+    except (IndexError, ValueError):
+        summary = {}
+    host.log(f"{what}: " + ", ".join(f"{key} {value}" for key, value in summary.items()), logger.info)
+    return True
+
+
+@operation()
+def model_on_both(model: dict, user: str, state_dir: str, model_dir: str, rails: list[dict], peer_rails: list[dict],
+                  image: dict, hf_endpoint: str, hf_token_file: str, container: dict, streams: int, verify_model: str):
+    """
+    On the head: fetch the model once into ``model_dir`` (from the hub at the pinned revision,
+    inside the runtime image, or copied from a directory on the head) and write its SHA-256
+    manifest; then copy to the worker what it lacks, over every rail at once with parallel
+    streams, checked chunk by chunk against the manifest there and recorded as verified only
+    when complete. A re-run with both sides matching (sizes and times against the manifest and
+    the worker's verified record) fetches, hashes and moves nothing; ``verify_model="full"``
+    hashes every file on both nodes again.
+
+    + model: the serving data's model (``repo`` and ``revision``, or ``path``)
+    + user: the deploy user (owns the model directories; SSH to the worker as this user)
+    + state_dir, model_dir: where the helpers, the manifest and the model live (the same on both)
+    + rails, peer_rails: this node's and the worker's rails (``address`` of each), in order
+    + image: the runtime image's spec (``tag``, ``python``): the hub fetch runs in it
+    + hf_endpoint: the hub's URL
+    + hf_token_file: the deploy user's hub token file on the head (only gated repositories need it)
+    + container: the site's container settings (``mounts``, ``env``)
+    + streams: parallel TCP streams per rail
+    + verify_model: "size" or "full"
+
+    **Example:**
+
+    .. code:: python
+
+        model_on_both(model=host.data.model, user="spark", state_dir="/var/lib/dual-spark",
+                      model_dir="/var/lib/dual-spark/model", rails=host.data.rails, peer_rails=host.data.peer_rails,
+                      image=..., hf_endpoint="https://huggingface.co", hf_token_file="~/.cache/huggingface/token",
+                      container=..., streams=4, verify_model="size")
+    """
+    where = paths(state_dir, model_dir)
+    source = model_source(model)
+    full = verify_model == "full"
+    peer = reachable_peer()
+    head, worker = read_both(ModelState, peer, script=where["model_sync"], model_dir=model_dir, manifest=where["manifest"],
+                             state=where["verified"], user=user, token_file=hf_token_file)
+    manifest = head["manifest"]
+    same_source = manifest is not None and manifest["source"] == source
+    head_done = same_source and not head["changed"] and not full
+    if not same_source:
+        yield fetch(model, user, where, model_dir, image, hf_endpoint, hf_token_file, container)
+    if not head_done:
+        hashing = ["python3", QuoteString(where["model_sync"]), "manifest", "--dir", QuoteString(model_dir),
+                   "--manifest", QuoteString(where["manifest"]), "--source", QuoteString(json.dumps(source, sort_keys=True))]
+        yield FunctionCommand(reported, (StringCommand(*hashing, *(["--full"] if full else [])), "model hashed"), {})
+    if peer is None:
+        warn_unreachable("replicating the model to the worker")
+        return
+    if head_done and worker["verified"] == manifest["digest"] and not worker["changed"]:
+        host.noop(f"the model is on both nodes, verified ({manifest['files']} files, {manifest['bytes'] / (1 << 30):.2f} GiB)")
+        return
+    send = ["sudo", "-n", "-u", QuoteString(user), "python3", QuoteString(where["model_sync"]), "send",
+            "--dir", QuoteString(model_dir), "--manifest", QuoteString(where["manifest"]),
+            "--peer", QuoteString(",".join(f"{user}@{rail['address']}" for rail in peer_rails)),
+            "--local", QuoteString(",".join(rail["address"] for rail in rails)),
+            "--remote-dir", QuoteString(model_dir), "--remote-state", QuoteString(where["verified"]),
+            "--remote-script", QuoteString(where["model_sync"]), "--streams", str(int(streams))]
+    yield FunctionCommand(reported, (StringCommand(*send, *(["--full"] if full else [])), "model replicated"), {})
+
+
+def fetch(model: dict, user: str, where: dict, model_dir: str, image: dict, hf_endpoint: str, hf_token_file: str,
+          container: dict) -> FunctionCommand:
+    """The model into model_dir, owned by the deploy user: copied from a directory on the head, or
+    from the hub by fetch_model.py in the runtime image (with the token file mounted if present)."""
+    if "path" in model:
+        command = StringCommand(
+            "rsync", "-a", "--delete", QuoteString(model["path"].rstrip("/") + "/"), QuoteString(model_dir + "/"), "&&",
+            "chown", "-R", QuoteString(f"{user}:"), QuoteString(model_dir), "&&",
+            "echo", QuoteString(json.dumps({"copied_from": model["path"]})))
+        return FunctionCommand(reported, (command, "model copied"), {})
+    command = StringCommand(
+        token_path(user, hf_token_file), 'tok=""; if [ -f "$t" ]; then chmod 600 "$t";',
+        'tok="-v $t:/run/secrets/hf_token:ro"; fi;',
+        "docker", "run", "--rm", "--network", "host", "-e", QuoteString(f"HF_ENDPOINT={hf_endpoint}"),
+        "-e", "HF_HUB_DISABLE_XET=1", "-e", "HF_HOME=/model/.cache/huggingface", *container_args(container),
+        "-v", QuoteString(f"{model_dir}:/model"), "-v", QuoteString(f"{where['fetch_model']}:/fetch_model.py:ro"), "$tok",
+        "--entrypoint", QuoteString(image["python"]), QuoteString(image["tag"]), "/fetch_model.py",
+        "--repo", QuoteString(model["repo"]), "--revision", QuoteString(model["revision"]), "--dest", "/model",
+        "--token-file", "/run/secrets/hf_token", "&&", "chown", "-R", QuoteString(f"{user}:"), QuoteString(model_dir),
+    )
+    return FunctionCommand(reported, (command, f"fetched {model['repo']}"), {})

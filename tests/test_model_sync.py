@@ -1,0 +1,150 @@
+"""model_sync.py, the program that hashes the model and replicates it to the worker: real
+files, real TCP streams on loopback addresses; only ssh is a stand-in (tests/model_sync/ssh)."""
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[1]
+PROGRAM = REPO / "files/runtime/model_sync.py"
+CHUNK = 64 << 20
+
+
+@pytest.fixture(scope="module")
+def source(tmp_path_factory):
+    """Three shards spanning several 64 MiB chunks, small files, one in a subdirectory."""
+    source = tmp_path_factory.mktemp("source") / "model"
+    (source / "tokenizer").mkdir(parents=True)
+    for index, size in enumerate((150 << 20, 70 << 20, 3 << 20)):
+        with open(source / f"model-0000{index}.safetensors", "wb") as handle:
+            handle.write(os.urandom(size))
+    (source / "config.json").write_text('{"hidden": 64}')
+    (source / "tokenizer/tokenizer.json").write_text("{}")
+    return source
+
+
+@pytest.fixture
+def model(source, tmp_path):
+    """The source, hard-linked into this test's directory (its manifest goes beside it)."""
+    copy = tmp_path / "model"
+    shutil.copytree(source, copy, copy_function=os.link)
+    return copy
+
+
+def run(*args, env_path=True, check=True) -> dict:
+    env = {**os.environ, "PATH": f"{REPO / 'tests/model_sync'}:{os.environ['PATH']}"} if env_path else None
+    result = subprocess.run([sys.executable, str(PROGRAM), *map(str, args)], capture_output=True, text=True, env=env, timeout=120)
+    if check:
+        assert result.returncode == 0, result.stderr
+        return json.loads(result.stdout.splitlines()[-1])
+    return result
+
+
+def manifest(model: Path, *extra) -> dict:
+    return run("manifest", "--dir", model, "--manifest", model.parent / "manifest.json", "--source", '{"path": "/src"}', *extra)
+
+
+def send(model: Path, dest: Path, peers="u@127.0.0.2,u@127.0.0.3", local="127.0.0.1,127.0.0.1", check=True):
+    return run("send", "--dir", model, "--manifest", model.parent / "manifest.json", "--peer", peers, "--local", local,
+               "--remote-dir", dest, "--remote-state", dest / ".dual-spark-verified.json", "--streams", "2", check=check)
+
+
+def same_tree(a: Path, b: Path) -> bool:
+    files = sorted(p.relative_to(a) for p in a.rglob("*") if p.is_file())
+    return files == sorted(p.relative_to(b) for p in b.rglob("*") if p.is_file() and not p.name.startswith(".")) and all(
+        (a / f).read_bytes() == (b / f).read_bytes() for f in files)
+
+
+def test_manifest_hashes_once_then_only_what_moved(model):
+    first = manifest(model)
+    assert first["files"] == 5 and first["hashed_files"] == 5 and first["hashed_bytes"] == first["bytes"]
+    assert manifest(model)["hashed_files"] == 0
+    (model / "config.json").unlink()
+    (model / "config.json").write_text('{"hidden": 64}')  # the same bytes, a new mtime
+    again = manifest(model)
+    assert again["hashed_files"] == 1 and again["digest"] == first["digest"]
+    assert manifest(model, "--full")["hashed_files"] == 5
+    record = json.loads((model.parent / "manifest.json").read_text())
+    assert len(record["files"]["model-00000.safetensors"]["chunks"]) == 3  # 150 MiB in 64 MiB chunks
+
+
+def test_replication_copies_everything_then_nothing(model, tmp_path):
+    manifest(model)
+    dest = tmp_path / "worker"
+    first = send(model, dest)
+    assert first["bytes"] == sum(p.stat().st_size for p in model.rglob("*") if p.is_file())
+    assert first["rails"] == 2 and same_tree(model, dest)
+    status = run("status", "--dir", dest, "--state", dest / ".dual-spark-verified.json")
+    assert status["verified"] == json.loads((model.parent / "manifest.json").read_text())["digest"] and status["changed"] == []
+    second = send(model, dest)
+    assert second["bytes"] == 0 and second["chunks"] == 0
+
+
+def test_a_corrupted_chunk_and_a_truncated_file_are_found_and_only_they_resent(model, tmp_path):
+    manifest(model)
+    dest = tmp_path / "worker"
+    send(model, dest)
+    with open(dest / "model-00000.safetensors", "r+b") as handle:
+        handle.seek(CHUNK + 12345)
+        handle.write(b"bit rot")
+    os.truncate(dest / "model-00001.safetensors", 10 << 20)
+    status = run("status", "--dir", dest, "--state", dest / ".dual-spark-verified.json")
+    assert status["changed"] == ["model-00000.safetensors", "model-00001.safetensors"]
+    repaired = send(model, dest)
+    assert repaired["chunks"] == 1 + 2 and repaired["bytes"] == CHUNK + (70 << 20)
+    assert same_tree(model, dest)
+
+
+def test_a_cut_transfer_resumes_where_it_stopped(model, tmp_path):
+    manifest(model)
+    dest = tmp_path / "worker"
+    env = {**os.environ, "PATH": f"{REPO / 'tests/model_sync'}:{os.environ['PATH']}"}
+    sender = subprocess.Popen([sys.executable, str(PROGRAM), "send", "--dir", str(model), "--manifest", str(model.parent / "manifest.json"),
+                               "--peer", "u@127.0.0.2", "--local", "127.0.0.1", "--remote-dir", str(dest),
+                               "--remote-state", str(dest / ".dual-spark-verified.json"), "--streams", "1"],
+                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 30
+    while not any(p.name.endswith(".safetensors") for p in dest.glob("*")) and time.monotonic() < deadline:
+        time.sleep(0.01)  # until the first shard is complete
+    subprocess.run(["pkill", "-KILL", "-f", f"model_sync.py receive --dir {dest}"])
+    _, stderr = sender.communicate(timeout=60)
+    assert sender.returncode == 1 and "Run the deploy again: it resumes" in stderr
+    assert not (dest / ".dual-spark-verified.json").exists()
+    resumed = send(model, dest)
+    total = sum(p.stat().st_size for p in model.rglob("*") if p.is_file())
+    assert 0 < resumed["bytes"] < total
+    assert same_tree(model, dest)
+
+
+def test_a_rail_that_does_not_answer_is_skipped_and_said(model, tmp_path):
+    manifest(model)
+    dest = tmp_path / "worker"
+    result = run("send", "--dir", model, "--manifest", model.parent / "manifest.json", "--peer", "u@192.0.2.1,u@127.0.0.3",
+                 "--local", "127.0.0.1,127.0.0.1", "--remote-dir", dest, "--remote-state", dest / ".dual-spark-verified.json",
+                 check=False)
+    assert result.returncode == 0, result.stderr
+    assert "the worker does not answer over SSH at 192.0.2.1; trying the next rail" in result.stderr
+    summary = json.loads(result.stdout.splitlines()[-1])
+    assert summary["rails"] == 1 and summary["via"] == "u@127.0.0.3" and same_tree(model, dest)
+
+
+def test_the_copy_mirrors_the_manifest(model, tmp_path):
+    """An older model's shard on the worker goes (vLLM would load every *.safetensors there)."""
+    manifest(model)
+    dest = tmp_path / "worker"
+    dest.mkdir()
+    (dest / "model-00099.safetensors").write_bytes(b"an older model")
+    result = send(model, dest, check=False)
+    assert result.returncode == 0 and "removed 1 file(s) the model does not have from the worker" in result.stderr
+    assert same_tree(model, dest)
+
+
+def test_no_manifest_is_a_clear_error(model, tmp_path):
+    result = send(model, tmp_path / "worker", check=False)
+    assert result.returncode == 1 and "no manifest at" in result.stderr and "hash the model first" in result.stderr
