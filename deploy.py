@@ -1,11 +1,19 @@
 """Converge both Sparks: host preparation, identity, QSFP fabric, SSH trust, runtime artifacts,
-then verification.
+the serving stacks, then verification.
 
     pyinfra inventory.py deploy.py          # shows the changes, asks, applies, verifies
     pyinfra --dry inventory.py deploy.py    # shows the changes only
+
+One include per line: pyinfra orders operations by where they are called, so the steps of
+both nodes interleave in this order.
 """
 
 from pyinfra import local
 
-for task in ("host_prep", "identity", "fabric", "ssh_trust", "runtime", "verify"):
-    local.include(f"tasks/{task}.py")
+local.include("tasks/host_prep.py")
+local.include("tasks/identity.py")
+local.include("tasks/fabric.py")
+local.include("tasks/ssh_trust.py")
+local.include("tasks/runtime.py")
+local.include("tasks/serving.py")
+local.include("tasks/verify.py")

@@ -6,6 +6,7 @@ from __future__ import annotations
 from checks import FAIL, PASS, WARN, Check
 from checks.fabric import rail_checks
 from checks.runtime import image_check, model_check
+from checks.serving import api_checks, container_check
 from serving_data import model_source
 
 USERNS_KEY = "kernel.apparmor_restrict_unprivileged_userns"
@@ -56,6 +57,9 @@ def node_checks(name: str, data, readings: dict, peer_name: str, peer: dict | No
     source = model_source(data.model)
     head_model = readings["model"] if data.role == "head" else (peer["model"] if peer else None)
     checks.append(model_check(name, data.role, source, readings["model"], head_model))
+    checks.append(container_check(name, data.profile, readings["serving"]))
+    if readings["api"] is not None:
+        checks += api_checks(name, data.api_host, data.api_port, readings["api"], readings["listening"])
     checks += unreadable_checks(name, readings)
     return checks
 

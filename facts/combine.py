@@ -20,18 +20,20 @@ def combined(sections: dict[str, str | StringCommand], background: dict[str, str
         for index, command in enumerate(background.values()):
             parts += ["(", command, ")", f'>"$t/{index}"', "2>&1", "&"]
     for name, command in sections.items():
-        text = command if isinstance(command, str) else command.get_raw_value()
-        if MARK in text:  # itself combined: its sections become "name.section"
-            parts += ["echo", f"'{MARK} {name}';", "{", command, ";", "}", "|", "sed", f"'s/^{MARK} /{MARK} {name}./';"]
-        else:
-            parts += ["echo", f"'{MARK} {name}';", "{", command, ";", "};"]
+        parts += ["echo", f"'{MARK} {name}';", "{", command, ";", "}", *nesting(name, command), ";"]
     if background:
         parts += ["wait;"]
-        for index, name in enumerate(background):
-            parts += ["echo", f"'{MARK} {name}';", "cat", f'"$t/{index}";']
+        for index, (name, command) in enumerate(background.items()):
+            parts += ["echo", f"'{MARK} {name}';", "cat", f'"$t/{index}"', *nesting(name, command), ";"]
         parts += ['rm -rf "$t";']
     parts += ["true"]
     return StringCommand(*parts)
+
+
+def nesting(name: str, command: str | StringCommand) -> list[str]:
+    """For a section that is itself combined: a filter renaming its sections "name.section"."""
+    text = command if isinstance(command, str) else command.get_raw_value()
+    return ["|", "sed", f"'s/^{MARK} /{MARK} {name}./'"] if MARK in text else []
 
 
 def split(output: Iterable[str]) -> dict[str, list[str]]:

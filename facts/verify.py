@@ -1,12 +1,13 @@
 """Everything verification reads from one node, in one round trip: the fabric, limits,
-identity, the deploy user, Docker and memory; pings and SSH logins to the peer run at the same
-time as the rest."""
+identity, the deploy user, Docker, memory, the runtime artifacts and the serving stack; pings,
+SSH logins to the peer and the API's one-token probe run at the same time as the rest."""
 
 from __future__ import annotations
 
+import json
 from typing import TypedDict
 
-from pyinfra.api import FactBase, StringCommand
+from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from facts.combine import combined, part, split
 from facts.fabric import DfPing, Links, NetLinks, Ping, Rdma, RdmaDevices
@@ -15,6 +16,7 @@ from facts.host_prep import Account, SysctlReading, SysctlValue, UserGroups
 from facts.identity import HostKeys, Identity, MachineIds, SshHostKeyFingerprints
 from facts.limits import LoginMemlock, Memlock
 from facts.runtime import Image, ImageState, Model, ModelState
+from facts.serving import Serving, ServingState, stack_sections
 from facts.ssh_trust import Login, SshLogin
 
 
@@ -32,6 +34,9 @@ class Readings(TypedDict):
     ssh_to_peer: list[Login]
     image: Image
     model: Model
+    serving: Serving
+    api: dict | None
+    listening: list[str]
     unreadable: list[str]
 
 
@@ -40,7 +45,9 @@ class Readiness(FactBase[Readings]):
     The readings behind one node's rows of the readiness table. ``pings`` are
     "netdev address" pairs, pinged with ``size``-byte don't-fragment probes; ``ssh_to`` the
     peer addresses ``user`` must reach without a password; ``runtime`` the arguments of
-    ImageState (tag, marker) and ModelState (script, model_dir, manifest, state).
+    ImageState (tag, marker) and ModelState (script, model_dir, manifest, state); ``serving`` the
+    stack directory and key file, and on the head the health script and the API's host and port
+    (its one-token probe runs at the same time as the rest).
 
     .. code:: python
 
@@ -48,7 +55,8 @@ class Readiness(FactBase[Readings]):
          "memlock": {"limit": "unlimited", ...}, "userns": {"value": 0, ...}, "identity": {...MachineIds...},
          "host_keys": {...}, "user": {"exists": True, "uid": 1000, "groups": ["docker"], ...},
          "docker": "/usr/bin/docker", "memory": {...GpuMemory...}, "ssh_to_peer": [{"ok": True, ...}],
-         "image": {...ImageState...}, "model": {...ModelState...}, "unreadable": []}
+         "image": {...ImageState...}, "model": {...ModelState...}, "serving": {...ServingState...},
+         "api": {"ok": True, "model": "tiny", "max_model_len": 512, ...}, "listening": ["127.0.0.1"], "unreadable": []}
     """
 
     @staticmethod
@@ -56,25 +64,36 @@ class Readiness(FactBase[Readings]):
         return {"links": NetLinks.default(), "rdma": RdmaDevices.default(), "pings": [], "memlock": LoginMemlock.default(),
                 "userns": SysctlValue.default(), "identity": MachineIds.default(), "host_keys": SshHostKeyFingerprints.default(),
                 "user": UserGroups.default(), "docker": None, "memory": GpuMemory.default(), "ssh_to_peer": [],
-                "image": ImageState.default(), "model": ModelState.default(), "unreadable": []}
+                "image": ImageState.default(), "model": ModelState.default(), "serving": ServingState.default(), "api": None,
+                "listening": [], "unreadable": []}
 
-    def command(self, user: str, pings: list[str], size: int, ssh_to: list[str], userns_key: str, runtime: dict) -> StringCommand:
+    def command(self, user: str, pings: list[str], size: int, ssh_to: list[str], userns_key: str, runtime: dict,
+                serving: dict) -> StringCommand:
         background = {f"ping {i}": DfPing().command(*pair.split(), size=size) for i, pair in enumerate(pings)}
         background |= {f"ssh {i}": SshLogin().command(user, address) for i, address in enumerate(ssh_to)}
-        return combined({
-            "links": NetLinks().command(),
-            "rdma": RdmaDevices().command(),
+        if "api_port" in serving:
+            background["api"] = StringCommand(
+                "python3", QuoteString(serving["health"]), "--url", QuoteString(f"http://{serving['api_host']}:{serving['api_port']}"),
+                "--key-file", QuoteString(serving["key_file"]), "--timeout", "20", "2>/dev/null")
+        slow = {  # each a process of its own that takes tens of milliseconds: all at the same time
             "memlock": LoginMemlock().command(user),
-            "userns": SysctlValue().command(userns_key),
-            "identity": MachineIds().command(),
             "host_keys": SshHostKeyFingerprints().command(),
-            "user": UserGroups().command(user),
-            "docker": StringCommand("command", "-v", "docker", "||", "true"),
             "memory": GpuMemory().command(),
             "image": ImageState().command(runtime["tag"], runtime["marker"]),
             "model": ModelState().command(runtime["script"], runtime["model_dir"], runtime["manifest"], runtime["state"],
                                           user, "/dev/null"),
-        }, background)
+            "serving": combined(stack_sections(serving["stack_dir"], serving["key_file"])),
+        }
+        return combined({
+            "links": NetLinks().command(),
+            "rdma": RdmaDevices().command(),
+            "userns": SysctlValue().command(userns_key),
+            "identity": MachineIds().command(),
+            "user": UserGroups().command(user),
+            "docker": StringCommand("command", "-v", "docker", "||", "true"),
+            **({"listening": StringCommand("ss", "-Hltn", QuoteString(f"sport = :{serving['api_port']}"), "2>/dev/null")}
+               if "api_port" in serving else {}),
+        }, {**background, **slow})
 
     def process(self, output: list[str]) -> Readings:
         sections = split(output)
@@ -99,8 +118,21 @@ class Readiness(FactBase[Readings]):
             "ssh_to_peer": [SshLogin().process(lines) for lines in numbered("ssh")],
             "image": ImageState().process(part(sections, "image")),
             "model": ModelState().process(part(sections, "model")),
+            "serving": ServingState().process(part(sections, "serving")),
+            "api": api_reading(sections.get("api")),
+            "listening": sorted({line.split()[3].rsplit(":", 1)[0] for line in sections.get("listening", []) if len(line.split()) >= 4}),
             "unreadable": sections[""],
         }
+
+
+def api_reading(lines: list[str] | None) -> dict | None:
+    """The health probe's JSON line; None where no probe ran (the worker)."""
+    if lines is None:
+        return None
+    try:
+        return json.loads([line for line in lines if line.strip()][-1])
+    except (ValueError, IndexError):
+        return {"ok": False, "model": None, "max_model_len": None, "error": "the health probe printed nothing readable", "unreadable": lines}
 
 
 def ping_targets(rails: list[dict], peer_rails: list[dict]) -> list[str]:

@@ -73,15 +73,23 @@ def remove(node: Node) -> None:
     shutil.rmtree(node.dir, ignore_errors=True)
 
 
-def remove_cgroups(node: Node) -> None:
-    """The node's containers leave their cgroups behind in the host's hierarchies when it dies."""
+def remove_cgroups(node: Node, timeout: float = 10) -> None:
+    """The node's containers leave their cgroups behind in the host's hierarchies when it dies;
+    each can go once the kernel has reaped its last process."""
+    deadline = time.monotonic() + timeout
     for hierarchy in Path("/sys/fs/cgroup").iterdir():
         parent = hierarchy / node.cgroup_parent
-        if parent.is_dir():
-            for group in sorted(parent.rglob("*"), key=lambda p: len(p.parts), reverse=True):
-                if group.is_dir():
+        if not parent.is_dir():
+            continue
+        for group in [*sorted((p for p in parent.rglob("*") if p.is_dir()), key=lambda p: len(p.parts), reverse=True), parent]:
+            while True:
+                try:
                     group.rmdir()
-            parent.rmdir()
+                    break
+                except OSError:
+                    if time.monotonic() > deadline:
+                        raise
+                    time.sleep(0.1)
 
 
 def wait_for_ssh(node: Node, timeout: float = 30) -> None:

@@ -6,7 +6,7 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
 from facts.identity import MachineIds
-from operations.peer import reachable_peer, warn_unreachable
+from operations.peer import acts_here, reachable_peer, warn_unreachable
 
 BACKUP_DIR = "/root"
 
@@ -14,8 +14,8 @@ BACKUP_DIR = "/root"
 @operation()
 def distinct_machine_id(expected_hostname: str):
     """
-    Give this node a new ``/etc/machine-id`` when it shares the peer's, as cloned factory images
-    do. Run it on the worker only. Refuses unless the hostname is the expected one; backs up the
+    On the worker: give it a new ``/etc/machine-id`` when it shares the head's, as cloned factory
+    images do (never the head's). Refuses unless the hostname is the expected one; backs up the
     old ids under /root first; checks the new id differs. The node must then be rebooted for
     services to pick the new id up.
 
@@ -27,6 +27,8 @@ def distinct_machine_id(expected_hostname: str):
 
         distinct_machine_id(expected_hostname="spark-worker")
     """
+    if not acts_here("worker"):
+        return
     peer = reachable_peer()
     if peer is None:
         warn_unreachable("comparing machine ids")

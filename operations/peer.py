@@ -9,7 +9,7 @@ from pyinfra.api import Host
 
 
 def reachable_peer() -> Host | None:
-    """The peer node's Host, or None (with one warning naming its address) if it is unreachable."""
+    """The peer node's Host; None if it does not answer over SSH, or failed a step of this run."""
     peer = inventory.get_host(host.data.peer_name)
     if peer in state.failed_hosts:
         return None
@@ -19,11 +19,17 @@ def reachable_peer() -> Host | None:
 
 
 def warn_unreachable(step: str) -> None:
-    """Say the step waits for the peer: a warning with what to check, and the no-op reason."""
-    host.noop(f"{step} waits: {host.data.peer_name} does not answer")
+    """Say the step waits for the peer, and why: a warning with what to check, and the no-op reason."""
+    peer = inventory.get_host(host.data.peer_name)
+    if peer.connected:
+        host.noop(f"{step} waits: {peer.name} failed an earlier step")
+        logger.warning(f"{host.print_prefix}{peer.name} failed an earlier step of this run (its error is above): "
+                       f"{step} needs both nodes and is left for the next run.")
+        return
+    host.noop(f"{step} waits: {peer.name} does not answer")
     logger.warning(
-        f"{host.print_prefix}{host.data.peer_name} does not answer at {host.data.peer_address}:{host.data.ssh_port}: "
-        f"{step} needs both nodes and is left for the next run. Check that {host.data.peer_name} is on, that sshd "
+        f"{host.print_prefix}{peer.name} does not answer at {host.data.peer_address}:{host.data.ssh_port}: "
+        f"{step} needs both nodes and is left for the next run. Check that {peer.name} is on, that sshd "
         "runs and the management LAN."
     )
 
@@ -35,3 +41,12 @@ def read_both(fact, peer: Host | None, **kwargs) -> tuple:
     theirs = gevent.spawn(peer.get_fact, fact, **kwargs)
     mine = host.get_fact(fact, **kwargs)
     return mine, theirs.get()
+
+
+def acts_here(role: str) -> bool:
+    """Whether this step acts on this node. Every step is called on both nodes from one place, so
+    pyinfra keeps the steps of both in one order; on the other node it does nothing."""
+    if host.data.role == role:
+        return True
+    host.noop(f"acts on the {role}")
+    return False

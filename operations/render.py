@@ -17,6 +17,20 @@ TEMPLATES = Environment(
 TEMPLATES.filters["shell_quote"] = shlex.quote
 
 
+def shell_lines(args: list[str]) -> list[str]:
+    """A command's arguments quoted for the shell, a flag and its value to a line."""
+    lines: list[str] = []
+    for arg in args:
+        if lines and not arg.startswith("--") and lines[-1].startswith("--") and " " not in lines[-1]:
+            lines[-1] += " " + shlex.quote(arg)
+        else:
+            lines.append(shlex.quote(arg))
+    return lines
+
+
+TEMPLATES.filters["shell_lines"] = shell_lines
+
+
 def render(template: str, **values) -> str:
     return TEMPLATES.get_template(template).render(**values)
 

@@ -16,7 +16,7 @@ from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringCommand, operation
 
 from facts.runtime import ImageState, ModelState, token_path
-from operations.peer import reachable_peer, read_both, warn_unreachable
+from operations.peer import acts_here, reachable_peer, read_both, warn_unreachable
 from serving_data import model_source
 
 SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
@@ -28,6 +28,7 @@ def paths(state_dir: str, model_dir: str) -> dict[str, str]:
         "bin": f"{state_dir}/bin",
         "model_sync": f"{state_dir}/bin/model_sync.py",
         "fetch_model": f"{state_dir}/bin/fetch_model.py",
+        "health": f"{state_dir}/bin/health.py",
         "manifest": f"{state_dir}/model.manifest.json",
         "verified": f"{model_dir}/.dual-spark-verified.json",
         "smoke": f"{state_dir}/runtime",
@@ -117,6 +118,8 @@ def runtime_image(image_name: str, image: dict, user: str, peer_rails: list[dict
         runtime_image(image_name="tony-overlay", image=host.data.images["tony-overlay"], user="spark",
                       peer_rails=host.data.peer_rails, state_dir="/var/lib/dual-spark", container=...)
     """
+    if not acts_here("head"):
+        return
     tag = image["tag"]
     marker = smoke_marker(state_dir, tag)
     peer = reachable_peer()
@@ -197,6 +200,8 @@ def model_on_both(model: dict, user: str, state_dir: str, model_dir: str, rails:
                       image=..., hf_endpoint="https://huggingface.co", hf_token_file="~/.cache/huggingface/token",
                       container=..., streams=4, verify_model="size")
     """
+    if not acts_here("head"):
+        return
     where = paths(state_dir, model_dir)
     source = model_source(model)
     full = verify_model == "full"

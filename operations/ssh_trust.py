@@ -6,7 +6,7 @@ from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
 from facts.ssh_trust import KEY_NAME, SshTrust
-from operations.peer import reachable_peer, warn_unreachable
+from operations.peer import acts_here, reachable_peer, warn_unreachable
 
 
 def _private_dir(user: str, path: str) -> StringCommand:
@@ -34,6 +34,8 @@ def head_trust(user: str, rails: list[dict], peer_rails: list[dict]):
 
         head_trust(user="spark", rails=host.data.rails, peer_rails=host.data.peer_rails)
     """
+    if not acts_here("head"):
+        return
     waiting = reachable_peer() is None
     if waiting:
         warn_unreachable("SSH trust with the worker")
@@ -78,6 +80,8 @@ def authorized_peer_key(user: str):
 
         authorized_peer_key(user="spark")
     """
+    if not acts_here("worker"):
+        return
     peer = reachable_peer()
     if peer is None:
         warn_unreachable("SSH trust with the head")

@@ -11,7 +11,9 @@ from checks import FAIL
 from checks.node import USERNS_KEY, node_checks, unreachable
 from checks.table import failure_summary, render
 from facts.verify import Readiness, ping_targets
+from operations.peer import reachable_peer
 from operations.runtime import paths, smoke_marker
+from operations.serving import api_key_file
 
 
 def read_node(node) -> dict | None:
@@ -27,10 +29,13 @@ def read_node(node) -> dict | None:
     tag = data.images[data.profiles[data.profile]["image"]]["tag"]
     runtime = {"tag": tag, "marker": smoke_marker(data.state_dir, tag), "script": where["model_sync"],
                "model_dir": data.model_dir, "manifest": where["manifest"], "state": where["verified"]}
+    serving = {"stack_dir": data.stack_dir, "key_file": api_key_file(data.state_dir)}
+    if data.role == "head":
+        serving |= {"health": where["health"], "api_host": data.api_host, "api_port": data.api_port}
     return node.get_fact(
         Readiness, user=data.deploy_user, pings=ping_targets(data.rails, data.peer_rails), size=data.fabric_mtu - 28,
         ssh_to=[peer["address"] for peer in data.peer_rails] if data.role == "head" else [], userns_key=USERNS_KEY,
-        runtime=runtime,
+        runtime=runtime, serving=serving,
     )
 
 
@@ -51,8 +56,9 @@ def all_checks(nodes: list) -> list:
 @operation()
 def readiness(node_names: list[str]):
     """
-    Read every node back and print one readiness table; fail on any FAIL. Runs when the deploy
-    executes (after every change before it); change detection and --dry skip it.
+    Read every node back and print one readiness table; fail on any FAIL. The head reports, or
+    the worker when the head does not answer. Runs when the deploy executes (after every change
+    before it); change detection and --dry skip it.
 
     + node_names: the inventory names of both nodes
 
@@ -62,6 +68,9 @@ def readiness(node_names: list[str]):
 
         readiness(node_names=["spark-head", "spark-worker"])
     """
+    if host.data.role != "head" and reachable_peer() is not None:
+        host.noop("the head reports")
+        return
     if not host.state.is_executing:
         host.noop("reads both nodes back once the changes before it have run")
         return

@@ -5,13 +5,13 @@ from pyinfra.operations import server
 
 from operations.identity import distinct_machine_id
 
-if host.data.role == "worker":
-    repair = distinct_machine_id(
-        name="Give the worker a machine id of its own",
-        expected_hostname=host.data.expected_hostname,
+repair = distinct_machine_id(
+    name="Give the worker a machine id of its own",
+    expected_hostname=host.data.expected_hostname,
+)
+
+if host.data.role == "worker" and host.data.reboot_worker:
+    server.reboot(
+        name="Reboot the worker so every service picks up its new machine id",
+        _if=repair.did_change,
     )
-    if host.data.reboot_worker:
-        server.reboot(
-            name="Reboot the worker so every service picks up its new machine id",
-            _if=repair.did_change,
-        )

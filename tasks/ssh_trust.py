@@ -6,13 +6,11 @@ from operations.ssh_trust import authorized_peer_key, head_trust
 
 user = host.data.deploy_user
 
-if host.data.role == "head":
-    head_trust(
-        name=f"Give {user} on the head a key and record the worker's host key at its fabric addresses",
-        user=user,
-        rails=host.data.rails,
-        peer_rails=host.data.peer_rails,
-    )
+head_trust(
+    name=f"Give {user} on the head a key and record the worker's host key at its fabric addresses",
+    user=user,
+    rails=host.data.rails,
+    peer_rails=host.data.peer_rails,
+)
 
-if host.data.role == "worker":
-    authorized_peer_key(name=f"Authorize the head's key for {user} on the worker", user=user)
+authorized_peer_key(name=f"Authorize the head's key for {user} on the worker", user=user)

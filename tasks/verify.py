@@ -6,11 +6,9 @@ The head reports, or the worker when the head does not answer.
 
 from pyinfra import host
 
-from operations.peer import reachable_peer
 from operations.verify import readiness
 
-if host.data.role == "head" or reachable_peer() is None:
-    readiness(
-        name="Verify both nodes are ready to serve",
-        node_names=[host.name, host.data.peer_name],
-    )
+readiness(
+    name="Verify both nodes are ready to serve",
+    node_names=[host.name, host.data.peer_name],
+)

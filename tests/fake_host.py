@@ -98,9 +98,11 @@ def run_operation(op, case: dict) -> tuple[list, FakeHost]:
     host = FakeHost(host_case["name"], host_case.get("data", {}), host_case.get("facts", {}), state)
     hosts = {host.name: host}
     if "peer" in case:
-        peer = FakeHost(case["peer"]["name"], case["peer"].get("data", {}), case["peer"].get("facts", {}), state)
+        reachable = case["peer"].get("reachable", True)
+        peer = FakeHost(case["peer"]["name"], case["peer"].get("data", {}), case["peer"].get("facts", {}), state,
+                        connected=reachable)
         hosts[peer.name] = peer
-        if not case["peer"].get("reachable", True):
+        if not reachable:
             state.failed_hosts.add(peer)
     with ExitStack() as stack:
         stack.enter_context(ctx_state.use(state))

@@ -46,6 +46,10 @@ def healthy() -> dict:
         "ssh_to_peer": [], "unreadable": [],
         "image": ok(id=IMAGE_ID, smoke_tested=IMAGE_ID),
         "model": ok(exists=True, free_bytes=1 << 40, manifest=None, verified=DIGEST, changed=[], token_mode=None),
+        "serving": ok(compose=['      dual-spark.stack: "9d2e0c1a"'], launch=["#!/bin/sh"], api_key=False, rdma=ok(devices={}),
+                      container={"id": "4f1c", "status": "running", "started": "2026-11-29T20:01:02.512Z", "restarts": 0,
+                                 "stack": "9d2e0c1a", "profile": "adaptive", "image": IMAGE_ID, "health": ""}),
+        "api": None, "listening": [],
     }
 
 
@@ -65,7 +69,7 @@ def test_a_healthy_node_passes_everything():
     checks = checks_with()
     assert {check.status for check in checks.values()} == {PASS}
     assert checks["rail 0 rocep1s0f0 RoCE"].detail == "ACTIVE, 200 Gb/sec (4X HDR), RoCE v2 GID index 3"
-    assert "readiness: 15 of 15 checks pass" in render(list(checks.values()))
+    assert "readiness: 16 of 16 checks pass" in render(list(checks.values()))
 
 
 @pytest.mark.parametrize("changes, item, detail, fix", [
@@ -94,6 +98,12 @@ def test_a_healthy_node_passes_everything():
      "not verified against the head's manifest", "run the deploy again"),
     ({"model": ok(exists=True, free_bytes=1, manifest=None, verified=DIGEST, changed=["model.safetensors"], token_mode=None)},
      "model copy", "1 file(s) changed since verified: model.safetensors", "only what differs moves"),
+    ({"serving": ok(compose=None, launch=None, container=None, api_key=False, rdma=ok(devices={}))}, "vLLM stack",
+     "no stack installed", "tasks/serving.py installs it"),
+    ({"serving": {**healthy()["serving"], "container": {**healthy()["serving"]["container"], "status": "exited", "restarts": 3}}},
+     "vLLM stack", "container exited (restarted 3 times)", "docker logs --tail 50 dual-spark-vllm"),
+    ({"serving": {**healthy()["serving"], "container": {**healthy()["serving"]["container"], "profile": "fast", "stack": "0ld"}}},
+     "vLLM stack", "runs stack 0ld (fast), installed 9d2e0c1a (adaptive)", "restarts the pair on the installed stack"),
 ])
 def test_each_failure_names_the_problem_and_the_fix(changes, item, detail, fix):
     check = checks_with(**changes)[item]
@@ -152,3 +162,20 @@ def test_the_heads_model_row_reads_its_manifest():
     other = SimpleNamespace(**{**vars(data), "model": {"repo": "org/name", "revision": "0" * 40}})
     checks = {c.item: c for c in node_checks("spark-head", other, PEER, "spark-worker", healthy())}
     assert checks["model"].status == FAIL and checks["model"].detail == "not fetched for this source"
+
+
+def api_checks_for(api: dict, listening: list[str]) -> dict:
+    data = SimpleNamespace(**{**vars(DATA), "role": "head", "api_host": "127.0.0.1", "api_port": 8888})
+    facts = {**healthy(), "api": api, "listening": listening}
+    return {c.item: c for c in node_checks("spark-head", data, facts, "spark-worker", PEER)}
+
+
+def test_the_api_rows_say_whether_a_token_came_back_and_where_it_listens():
+    checks = api_checks_for({"ok": True, "model": "tiny", "max_model_len": 512, "error": None}, ["127.0.0.1"])
+    assert checks["API"].status == PASS and checks["API"].detail == "generates tokens at 127.0.0.1:8888 as tiny (max model len 512)"
+    assert checks["API exposure"].status == PASS
+    dead = {"ok": False, "model": "tiny", "max_model_len": 512,
+            "error": "generating one token failed with 500: EngineCore encountered an issue"}
+    checks = api_checks_for(dead, ["127.0.0.1", "198.51.100.11"])
+    assert checks["API"].status == FAIL and "EngineCore" in checks["API"].detail and "worker first" in checks["API"].fix
+    assert checks["API exposure"].status == FAIL and "198.51.100.11" in checks["API exposure"].detail

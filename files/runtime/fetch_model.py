@@ -74,6 +74,11 @@ def main() -> None:
 
     files = [(s.rfilename, s.size or 0, s.lfs.sha256 if s.lfs else None) for s in info.siblings]
     args.dest.mkdir(parents=True, exist_ok=True)
+    wanted = {name for name, _, _ in files}
+    for path in args.dest.rglob("*"):  # the directory mirrors the revision: another model's files go
+        relative = path.relative_to(args.dest).as_posix()
+        if path.is_file() and not relative.startswith(".") and relative not in wanted:
+            path.unlink()
 
     def complete(name: str, size: int) -> bool:
         path = args.dest / name

@@ -412,10 +412,13 @@ def send(root: Path, manifest_path: Path, peers: list[str], local: list[str], re
             routes.append((mine, address, plan["ports"][address]))
     if plan.get("removed"):
         warn(f"removed {len(plan['removed'])} file(s) the model does not have from the worker: {', '.join(plan['removed'][:5])}")
-    sent = {"bytes": 0}
-    if needed:
-        transfer(root, record, needed, routes, streams, token, sent)
-    result = json.loads(control.stdout.readline() or '{"error": "the worker hung up"}')
+    sent = {"bytes": 0, "by_rail": {}}
+    try:
+        if needed:
+            transfer(root, record, needed, routes, streams, token, sent)
+        result = json.loads(control.stdout.readline() or '{"error": "the worker hung up"}')
+    except SyncError as error:
+        result = {"error": str(error)}
     control.stdin.close()
     control.wait(timeout=60)
     if "error" in result:
@@ -423,7 +426,7 @@ def send(root: Path, manifest_path: Path, peers: list[str], local: list[str], re
                         "Run the deploy again: it resumes where this stopped.")
     seconds = time.monotonic() - started
     return {"bytes": sent["bytes"], "chunks": len(needed), "files": len({name for name, _ in needed}),
-            "seconds": round(seconds, 3), "rails": len({route[1] for route in routes}), "via": via,
+            "seconds": round(seconds, 3), "rails": len(sent["by_rail"]), "via": via, "bytes_by_rail": sent["by_rail"],
             "gib_per_s": round(sent["bytes"] / (1 << 30) / seconds, 3) if sent["bytes"] else 0.0}
 
 
@@ -473,6 +476,7 @@ def transfer(root: Path, record: dict, needed: list, routes: list, streams: int,
                 if answer == b"ok\n":
                     with lock:
                         sent["bytes"] += length
+                        sent["by_rail"][address] = sent["by_rail"].get(address, 0) + length
                         outstanding["chunks"] -= 1
                 elif attempt < 2:
                     jobs.put((name, index, attempt + 1))
@@ -490,7 +494,7 @@ def transfer(root: Path, record: dict, needed: list, routes: list, streams: int,
     for thread in live:
         thread.join()
     if not jobs.empty() or outstanding["chunks"] or (failures and not sent["bytes"]):
-        raise SyncError(f"transfer stopped ({'; '.join(sorted(set(failures)))[:500]}). Run the deploy again: it resumes.")
+        raise SyncError("; ".join(sorted(set(failures)))[:500] or "no stream could send")
     for failure in sorted(set(failures)):
         warn(f"a stream failed and its chunks went over the others: {failure}")
 

@@ -1,0 +1,92 @@
+"""Readings of a node's serving stack: its files, its container, the RoCE GID it must name."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+
+from facts.combine import combined, part, split
+from facts.fabric import Rdma, RdmaDevices
+
+CONTAINER = "dual-spark-vllm"
+INSPECT = ("{{.Id}}|{{.State.Status}}|{{.State.StartedAt}}|{{.RestartCount}}|{{index .Config.Labels \"dual-spark.stack\"}}|"
+           "{{index .Config.Labels \"dual-spark.profile\"}}|{{.Image}}|{{with index .State \"Health\"}}{{.Status}}{{end}}")
+
+
+class Container(TypedDict):
+    id: str
+    status: str
+    started: str
+    restarts: int
+    stack: str
+    profile: str
+    image: str
+    health: str
+
+
+class Serving(TypedDict):
+    compose: list[str] | None
+    launch: list[str] | None
+    container: Container | None
+    rdma: Rdma
+    api_key: bool
+    unreadable: list[str]
+
+
+def stack_sections(stack_dir: str, key_file: str) -> dict[str, StringCommand]:
+    """The sections of ServingState other than the RDMA tree (verification reads that once)."""
+    def lines_of(name: str) -> StringCommand:
+        path = QuoteString(f"{stack_dir}/{name}")
+        return StringCommand("test", "-f", path, "&&", "echo", "present", "&&", "cat", path)
+
+    return {
+        "compose": lines_of("compose.yaml"),
+        "launch": lines_of("launch.sh"),
+        "container": StringCommand("docker", "inspect", "-f", QuoteString(INSPECT), CONTAINER, "2>/dev/null"),
+        "api_key": StringCommand("test", "-s", QuoteString(key_file), "&&", "echo", "present"),
+    }
+
+
+class ServingState(FactBase[Serving]):
+    """
+    A node's stack files in ``stack_dir`` (their lines, None where absent), its vLLM container
+    (None where there is none), the RDMA devices (for the RoCE v2 GID index NCCL must use), and
+    whether the API key file exists (never its content).
+
+    .. code:: python
+
+        {"compose": ["# Managed by ...", "..."], "launch": ["#!/bin/sh", "..."],
+         "container": {"id": "4f1c...", "status": "running", "started": "2026-11-29T20:01:02.5Z", "restarts": 0,
+                       "stack": "9d2e...", "profile": "adaptive", "image": "sha256:5ebd...", "health": ""},
+         "rdma": {...RdmaDevices...}, "api_key": True, "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Serving:
+        return {"compose": None, "launch": None, "container": None, "rdma": RdmaDevices.default(), "api_key": False,
+                "unreadable": []}
+
+    def command(self, stack_dir: str, key_file: str) -> StringCommand:
+        return combined({**stack_sections(stack_dir, key_file), "rdma": RdmaDevices().command()})
+
+    def process(self, output: list[str]) -> Serving:
+        sections = split(output)
+        reading = self.default()
+        unreadable = list(sections[""])
+        for name in ("compose", "launch"):
+            lines = sections.get(name, [])
+            if lines[:1] == ["present"]:
+                reading[name] = lines[1:]
+        found = [line for line in sections.get("container", []) if line.strip()]
+        if found:
+            fields = found[-1].split("|")
+            if len(fields) == 8 and fields[3].isdigit():
+                reading["container"] = {"id": fields[0], "status": fields[1], "started": fields[2], "restarts": int(fields[3]),
+                                        "stack": fields[4], "profile": fields[5], "image": fields[6], "health": fields[7]}
+            else:
+                unreadable += found
+        reading["rdma"] = RdmaDevices().process(part(sections, "rdma"))
+        reading["api_key"] = [line.strip() for line in sections.get("api_key", [])] == ["present"]
+        reading["unreadable"] = unreadable
+        return reading

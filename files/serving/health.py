@@ -1,0 +1,78 @@
+#!/usr/bin/env python3
+# Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
+"""Is the two-node vLLM serving? Generates one token through the API with its key: `/health`
+answers 200 for minutes after the worker died, so only a generated token proves both ranks
+work. Prints one JSON line (never the key); exits 0 when a token came back.
+
+    health.py --url http://127.0.0.1:8888 --key-file FILE [--wait SECONDS] [--timeout SECONDS]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+
+def call(url: str, key: str, path: str, body: dict | None, timeout: float) -> tuple[int, dict]:
+    request = urllib.request.Request(url + path, data=json.dumps(body).encode() if body is not None else None,
+                                     headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
+            return response.status, json.loads(response.read() or b"{}")
+    except urllib.error.HTTPError as error:
+        try:
+            detail = json.loads(error.read() or b"{}")
+        except ValueError:
+            detail = {}
+        return error.code, detail
+
+
+def probe(url: str, key: str, timeout: float) -> dict:
+    reading = {"ok": False, "model": None, "max_model_len": None, "status": None, "error": None}
+    try:
+        status, models = call(url, key, "/v1/models", None, timeout)
+        reading["status"] = status
+        if status != 200:
+            reading["error"] = f"/v1/models answered {status}" + (": the API key is not the one on the head" if status == 401 else "")
+            return reading
+        served = models["data"][0]
+        reading.update(model=served["id"], max_model_len=served.get("max_model_len"))
+        status, completion = call(url, key, "/v1/completions", {"model": served["id"], "prompt": "ok", "max_tokens": 1,
+                                                                  "temperature": 0}, timeout)
+        reading["status"] = status
+        if status == 200 and completion.get("usage", {}).get("completion_tokens", 0) >= 1:
+            reading["ok"] = True
+        else:
+            message = completion.get("error", {}).get("message") if isinstance(completion.get("error"), dict) else completion.get("message")
+            reading["error"] = f"generating one token failed with {status}: {str(message or completion)[:200]}"
+    except (OSError, ValueError, KeyError, IndexError) as error:
+        reading["error"] = f"no answer at {url}: {error}"
+    return reading
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", default="http://127.0.0.1:8888")
+    parser.add_argument("--key-file", type=Path, required=True)
+    parser.add_argument("--wait", type=float, default=0, help="keep trying this many seconds")
+    parser.add_argument("--timeout", type=float, default=30, help="seconds for each request")
+    args = parser.parse_args()
+    key = args.key_file.read_text().strip()
+    started = time.monotonic()
+    while True:
+        reading = probe(args.url.rstrip("/"), key, args.timeout)
+        if reading["ok"] or time.monotonic() - started >= args.wait:
+            break
+        time.sleep(2)
+    reading["seconds"] = round(time.monotonic() - started, 1)
+    print(json.dumps(reading))
+    sys.exit(0 if reading["ok"] else 1)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,244 @@
+"""Operations for serving: one compose stack per node, rendered from templates/serving/, checked
+by the real `docker compose config` before it is installed, and brought up in the only order
+two-node vLLM survives: the head stops first, a fresh worker starts, then the head. Containers
+restart only when their pair's stacks changed (or one of them is not running)."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from io import StringIO
+
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
+
+from facts.fabric import roce_v2_gid_index
+from facts.serving import ServingState
+from operations.peer import acts_here, reachable_peer, read_both, warn_unreachable
+from operations.render import render, show_diff
+from operations.runtime import paths, reported
+
+STAGING = "/run/dual-spark/stack-check"
+FILES = ("compose.yaml", "launch.sh")
+
+
+def vllm_args(settings: dict) -> list[str]:
+    """The `vllm serve` arguments of one node (FACTS.md's launch line), from its stack settings."""
+    profile, model = settings["profile"], settings["model"]
+    head = settings["role"] == "head"
+    args = ["/model", "--served-model-name", model["served_name"]]
+    if head:
+        args += ["--host", settings["api_host"], "--port", str(settings["api_port"])]
+    args += [
+        "--trust-remote-code", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "1",
+        "--kv-cache-dtype", profile["kv_cache_dtype"], "--block-size", str(settings["block_size"]),
+        "--max-model-len", str(profile["max_model_len"]), "--max-num-seqs", str(profile["max_num_seqs"]),
+        "--max-num-batched-tokens", str(profile["max_num_batched_tokens"]),
+        "--gpu-memory-utilization", str(profile["gpu_memory_utilization"]),
+        "--enable-prefix-caching" if profile["prefix_caching"] else "--no-enable-prefix-caching",
+    ]
+    if profile["speculative_tokens"]:
+        speculative = {"method": settings["speculative_method"], "num_speculative_tokens": profile["speculative_tokens"],
+                       **settings["speculative_options"]}
+        args += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
+    args += ["--tokenizer-mode", model["tokenizer_mode"], "--distributed-executor-backend", "mp"]
+    if model.get("tool_call_parser"):
+        args += ["--tool-call-parser", model["tool_call_parser"], "--enable-auto-tool-choice"]
+    if model.get("reasoning_parser"):
+        args += ["--reasoning-parser", model["reasoning_parser"]]
+    args += [
+        "--default-chat-template-kwargs", json.dumps({"thinking": profile["thinking"]}, separators=(",", ":")),
+        "--generation-config", "vllm",
+        "--override-generation-config", json.dumps({"temperature": 0.0, "top_p": 1.0}, separators=(",", ":")),
+    ]
+    if profile["flashinfer_autotune"]:
+        args.append("--enable-flashinfer-autotune")
+    args += ["--nnodes", "2", "--node-rank", "0" if head else "1", "--master-addr", settings["master_addr"],
+             "--master-port", str(settings["master_port"])]
+    if not head:
+        args.append("--headless")
+    return args + list(settings["vllm_extra_args"])
+
+
+def stack_settings(data) -> dict:
+    """What one node's stack is made of, from its host data (plain values, for rendering)."""
+    profile = data.profiles[data.profile]
+    head_rails = data.rails if data.role == "head" else data.peer_rails
+    where = paths(data.state_dir, data.model_dir)
+    return {
+        "role": data.role, "profile_name": data.profile, "profile": profile, "model": data.model,
+        "image": data.images[profile["image"]], "rails": data.rails, "master_addr": head_rails[0]["address"],
+        "api_host": data.api_host, "api_port": data.api_port, "master_port": data.master_port, "block_size": data.block_size,
+        "speculative_method": data.speculative_method, "speculative_options": data.speculative_options,
+        "vllm_extra_args": data.vllm_extra_args, "serving_env": data.serving_env, "gpus": data.container_gpus,
+        "devices": data.container_devices, "ulimits": data.container_ulimits, "mounts": data.container_mounts,
+        "container_env": data.container_env, "model_dir": data.model_dir, "stack_dir": data.stack_dir,
+        "api_key_file": api_key_file(data.state_dir), "health_script": where["health"], "deploy_user": data.deploy_user,
+    }
+
+
+def api_key_file(state_dir: str) -> str:
+    return f"{state_dir}/api-key"
+
+
+@dataclass(frozen=True)
+class Stack:
+    compose: str
+    launch: str
+    hash: str
+
+
+def gid_index(settings: dict, reading: dict) -> int:
+    """NCCL_IB_GID_INDEX: the RoCE v2 GID of rail 0's address as this node has it (or the
+    site's pin); never a constant, since the table's order differs between machines."""
+    rail = settings["rails"][0]
+    if rail["gid_index"] != "auto":
+        return rail["gid_index"]
+    found = roce_v2_gid_index(reading["rdma"]["devices"], rail["rdma"], rail["address"])
+    if found is None:
+        raise OperationError(f"no RoCE v2 GID for {rail['address']} on {rail['rdma']}: NCCL could not use the rail. "
+                             "Fix: see the rail's rows in `pyinfra inventory.py tasks/verify.py` (link, address).")
+    return found
+
+
+def environment(settings: dict, gid: int) -> dict[str, str]:
+    rails = settings["rails"]
+    own = {
+        "VLLM_HOST_IP": rails[0]["address"],
+        "NCCL_SOCKET_IFNAME": rails[0]["netdev"],
+        "GLOO_SOCKET_IFNAME": rails[0]["netdev"],
+        "TP_SOCKET_IFNAME": rails[0]["netdev"],
+        "NCCL_IB_HCA": ",".join(rail["rdma"] for rail in rails),
+        "NCCL_IB_GID_INDEX": str(gid),
+    }
+    return {**own, **settings["serving_env"], **settings["image"]["env"], **settings["profile"]["env"], **settings["container_env"]}
+
+
+def desired(settings: dict, gid: int) -> Stack:
+    """The node's compose file and launch script; the stack hash names both (a container label)."""
+    launch = render("serving/launch.sh.j2", role=settings["role"], profile_name=settings["profile_name"],
+                    command=[settings["image"]["vllm"], "serve"] + vllm_args(settings))
+
+    def compose(stack_hash: str) -> str:
+        return render("serving/compose.yaml.j2", **settings, rank=0 if settings["role"] == "head" else 1,
+                      environment=environment(settings, gid), stack_hash=stack_hash)
+
+    stack_hash = hashlib.sha256((compose("") + launch).encode()).hexdigest()[:16]
+    return Stack(compose(stack_hash), launch, stack_hash)
+
+
+def in_place(stack: Stack, reading: dict | None) -> bool:
+    """The node has these files and runs a container made from them."""
+    if reading is None:
+        return False
+    container = reading["container"]
+    return (reading["compose"] == stack.compose.splitlines() and reading["launch"] == stack.launch.splitlines()
+            and container is not None and container["status"] == "running" and container["stack"] == stack.hash)
+
+
+def pair(settings: dict, peer_settings: dict, mine: dict, theirs: dict | None) -> tuple[Stack, bool, bool]:
+    """This node's desired stack, whether it is in place, and whether the peer's is."""
+    stack = desired(settings, gid_index(settings, mine))
+    theirs_ok = theirs is not None and in_place(desired(peer_settings, gid_index(peer_settings, theirs)), theirs)
+    return stack, in_place(stack, mine), theirs_ok
+
+
+def compose(stack_dir: str, *args: str) -> StringCommand:
+    return StringCommand("docker", "compose", "--project-directory", QuoteString(stack_dir), "-f",
+                         QuoteString(f"{stack_dir}/compose.yaml"), *args)
+
+
+def install(stack: Stack, reading: dict, stack_dir: str):
+    """Stage both files, check them with the real `docker compose config`, keep the previous
+    ones, install. Nothing is installed if the check fails."""
+    for name, text in zip(FILES, (stack.compose, stack.launch)):
+        show_diff(f"{stack_dir}/{name}", reading["compose" if name == "compose.yaml" else "launch"], text)
+    yield StringCommand("rm", "-rf", STAGING, "&&", "mkdir", "-p", STAGING)
+    for name, text in zip(FILES, (stack.compose, stack.launch)):
+        staged = f"{STAGING}/{name}"
+        yield FileUploadCommand(StringIO(text), staged, remote_temp_filename=host.get_temp_filename(staged))
+    yield StringCommand("chmod", "755", f"{STAGING}/launch.sh", "&&", "docker", "compose", "-f", f"{STAGING}/compose.yaml",
+                        "config", "-q")
+    for name in FILES:
+        target = QuoteString(f"{stack_dir}/{name}")
+        yield StringCommand("mkdir", "-p", QuoteString(stack_dir), "&&", "{", "test", "!", "-f", target, "||", "cp", "-p", target,
+                            StringCommand(target, '.previous', _separator=""), ";", "}", "&&",
+                            "install", "-m", "755" if name == "launch.sh" else "644", f"{STAGING}/{name}", target)
+    yield StringCommand("rm", "-rf", STAGING)
+
+
+@operation()
+def head_stopped_for_change(settings: dict, peer_settings: dict):
+    """
+    On the head: stop its vLLM when either node's stack is about to change or the worker is not
+    running its current one, so the worker restarts with no head waiting on a dead session.
+
+    + settings, peer_settings: the head's and the worker's stack settings (``stack_settings``)
+
+    **Example:**
+
+    .. code:: python
+
+        head_stopped_for_change(settings=stack_settings(host.data), peer_settings=stack_settings(worker.data))
+    """
+    if not acts_here("head"):
+        return
+    peer = reachable_peer()
+    if peer is None:
+        warn_unreachable("restarting the serving pair")
+        return
+    mine, theirs = read_both(ServingState, peer, stack_dir=settings["stack_dir"], key_file=settings["api_key_file"])
+    _, head_ok, worker_ok = pair(settings, peer_settings, mine, theirs)
+    running = mine["container"] is not None and mine["container"]["status"] == "running"
+    if head_ok and worker_ok or not running:
+        host.noop("the head keeps running" if running else "the head is not running")
+        return
+    yield compose(settings["stack_dir"], "stop")
+
+
+@operation()
+def stack_up(role: str, settings: dict, peer_settings: dict, ready_timeout: int):
+    """
+    Install this node's stack when it changed and start it when it (or the peer's) is not in
+    place: the worker always fresh (``--force-recreate``), the head after it, and then the head
+    waits until a token is generated through the API. The head's API key is made on the first
+    run (a random token, in a file only the deploy user reads; it never leaves the head).
+
+    + role: the node this step starts ("worker" or "head")
+    + settings, peer_settings: this node's and the peer's stack settings (``stack_settings``)
+    + ready_timeout: seconds the head waits for the first token
+
+    **Example:**
+
+    .. code:: python
+
+        stack_up(role="worker", settings=stack_settings(host.data), peer_settings=stack_settings(peer.data),
+                 ready_timeout=1800)
+    """
+    if not acts_here(role):
+        return
+    peer = reachable_peer()
+    if peer is None:
+        warn_unreachable("starting the serving pair")
+    mine, theirs = read_both(ServingState, peer, stack_dir=settings["stack_dir"], key_file=settings["api_key_file"])
+    stack, mine_ok, theirs_ok = pair(settings, peer_settings, mine, theirs)
+    head = settings["role"] == "head"
+    if head and not mine["api_key"]:
+        key = QuoteString(settings["api_key_file"])
+        yield StringCommand("umask", "077", "&&", "python3", "-c", QuoteString("import secrets; print(secrets.token_urlsafe(32))"),
+                            ">", key, "&&", "chown", QuoteString(f"{settings['deploy_user']}:"), key)
+    files_ok = mine["compose"] == stack.compose.splitlines() and mine["launch"] == stack.launch.splitlines()
+    if not files_ok:
+        yield from install(stack, mine, settings["stack_dir"])
+    if peer is None:
+        return  # a node started without its peer waits at the rendezvous for ever: the next run starts the pair
+    if mine_ok and theirs_ok:
+        host.noop(f"the {settings['role']} serves profile {settings['profile_name']} (stack {stack.hash})")
+        return
+    yield compose(settings["stack_dir"], "up", "-d", "--force-recreate", "--remove-orphans")
+    if head:
+        url = f"http://{settings['api_host']}:{settings['api_port']}"
+        probe = StringCommand("python3", QuoteString(settings["health_script"]), "--url", QuoteString(url), "--key-file",
+                              QuoteString(settings["api_key_file"]), "--wait", str(int(ready_timeout)))
+        yield FunctionCommand(reported, (probe, f"serving {settings['model']['served_name']} (profile {settings['profile_name']})"), {})

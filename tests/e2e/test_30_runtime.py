@@ -1,0 +1,227 @@
+"""Runtime artifacts on the lab, for real: the runtime image built once on the head and streamed
+to the worker's real Docker engine; the model copied once, hashed, and replicated over both
+rails; a cut transfer, a damaged shard, a rail without link, a full disk; and the hub path
+against a stand-in hub on the lab's bridge (gated, pinned)."""
+
+import filecmp
+import json
+import os
+import re
+import shutil
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from lab import faults
+from lab.config import HEAD, LAB_DIR, LAB_MODEL, WORKER
+from lab.hub import Hub
+from lab.processes import in_node
+from lab.site import table, toml
+from tests.e2e.conftest import LAB_ENV, PYINFRA, REPO, SITE, pyinfra
+
+pytestmark = pytest.mark.end_to_end
+MODEL_DIR = "/var/lib/dual-spark/model"
+BIG = "/srv/lab-models/big"
+TOKEN = "hf_lab_token_4d9e61c0"
+
+
+def site_variant(directory: Path, model: dict | None = None, **settings) -> Path:
+    """The lab's site file with another [model] and more [settings]."""
+    text = SITE.read_text()
+    if model is not None:
+        text = re.sub(r"\[model\]\n(?:.+\n)*", "\n".join(table("model", model)) + "\n", text)
+    text = text.replace("[settings]\n", "[settings]\n" + "".join(f"{k} = {toml(v)}\n" for k, v in settings.items()), 1)
+    path = directory / "site.toml"
+    path.write_text(text)
+    return path
+
+
+def docker(node, *args) -> str:
+    return in_node(node.dir, "docker", *args, capture_output=True).stdout.strip()
+
+
+def moved(output: str) -> int | None:
+    """Bytes the replication reported, None if it did not run."""
+    match = re.search(r"model replicated: bytes (\d+)", output)
+    return int(match.group(1)) if match else None
+
+
+def on_node(node, path: str) -> Path:
+    return node.root / path.lstrip("/")
+
+
+def model_files(root: Path) -> list[str]:
+    """The model's files as the manifest counts them: hidden paths (the hub's cache, our record) left out."""
+    return sorted(n for n in (p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) if not n.startswith("."))
+
+
+def same_model(path: str = MODEL_DIR) -> bool:
+    head, worker = on_node(HEAD, path), on_node(WORKER, path)
+    names = model_files(head)
+    return names == model_files(worker) and all(filecmp.cmp(head / n, worker / n, shallow=False) for n in names)
+
+
+@pytest.fixture(scope="module")
+def converged(lab):
+    result = pyinfra("-y")
+    assert result.returncode == 0, result.stdout
+    return result
+
+
+def test_image_and_model_are_on_both_nodes_verified(converged):
+    tag = re.search(r"runtime image (dual-spark/lab-cpu:\w+)", converged.stdout).group(1)
+    assert docker(HEAD, "image", "inspect", "-f", "{{.Id}}", tag) == docker(WORKER, "image", "inspect", "-f", "{{.Id}}", tag)
+    assert re.search(rf"spark-worker\s+runtime image {tag}\s+PASS\s+sha256:\w+, the same on both nodes, smoke-tested", converged.stdout)
+    assert re.search(r"spark-worker\s+model copy\s+PASS\s+verified against manifest", converged.stdout)
+    assert same_model()
+    manifest = json.loads(on_node(HEAD, "/var/lib/dual-spark/model.manifest.json").read_text())
+    assert manifest["source"] == {"path": LAB_MODEL} and "model.safetensors" in manifest["files"]
+
+
+def test_an_image_already_on_the_worker_is_not_sent_again(converged):
+    """The head's smoke marker is gone: the head tests again, the worker's image stays as loaded."""
+    tag = re.search(r"runtime image (dual-spark/lab-cpu:\w+)", converged.stdout).group(1)
+    loaded = docker(WORKER, "image", "inspect", "-f", "{{.Metadata.LastTagTime}}", tag)
+    for marker in on_node(HEAD, "/var/lib/dual-spark/runtime").iterdir():
+        marker.unlink()
+    result = pyinfra("-y")
+    assert result.returncode == 0, result.stdout
+    assert re.search(r"Obtain the runtime image .*\s+1\s+1\s+-\s+-", result.stdout), result.stdout
+    assert docker(WORKER, "image", "inspect", "-f", "{{.Metadata.LastTagTime}}", tag) == loaded
+    assert moved(result.stdout) is None
+
+
+@pytest.fixture(scope="module")
+def big_model(converged, tmp_path_factory):
+    """A model of two 100 MiB shards (real shards are ~3.5 GiB) plus the tiny model's files, on the
+    head's disk; the site points at it. The tiny model comes back afterwards."""
+    directory = on_node(HEAD, BIG)
+    shutil.copytree(on_node(HEAD, LAB_MODEL), directory)
+    (directory / "model.safetensors").unlink()
+    for index in range(2):
+        with open(directory / f"extra-0000{index}-of-00002.bin", "wb") as handle:
+            handle.write(os.urandom(100 << 20))
+    yield site_variant(tmp_path_factory.mktemp("big"), model={"path": BIG, "served_name": "tiny", "tokenizer_mode": "auto",
+                                                              "tool_call_parser": "", "reasoning_parser": ""})
+    result = pyinfra("-y")
+    assert result.returncode == 0 and same_model(), result.stdout
+
+
+def test_a_cut_transfer_resumes_where_it_stopped(big_model):
+    run = subprocess.Popen([str(PYINFRA), "-y", "inventory.py", "deploy.py"], cwd=REPO, stdin=subprocess.DEVNULL,
+                           env={**LAB_ENV, "DUAL_SPARK_SITE": str(big_model)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    worker_dir = on_node(WORKER, MODEL_DIR)
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and run.poll() is None:
+        landed = sum(p.stat().st_blocks * 512 for p in worker_dir.glob("*.dsp-part"))
+        if landed >= 64 << 20:  # at least a chunk's worth written
+            assert faults.kill(WORKER, "model_sync.py receive")
+            break
+        time.sleep(0.02)
+    output = run.communicate(timeout=300)[0]
+    assert run.returncode != 0, output
+    assert "transfer interrupted" in output and "it resumes where this stopped" in output, output
+    result = pyinfra("-y", site=big_model)
+    total = sum(p.stat().st_size for p in on_node(HEAD, MODEL_DIR).iterdir() if p.is_file() and not p.name.startswith("."))
+    assert result.returncode == 0, result.stdout
+    assert 0 < moved(result.stdout) < total, result.stdout
+    assert same_model()
+
+
+def test_a_damaged_shard_on_the_worker_is_found_and_resent(big_model):
+    shard = on_node(WORKER, MODEL_DIR) / "extra-00001-of-00002.bin"
+    with open(shard, "r+b") as handle:
+        handle.seek(70 << 20)
+        handle.write(b"flipped bits")
+    result = pyinfra("-y", site=big_model)
+    assert result.returncode == 0, result.stdout
+    assert moved(result.stdout) == (100 - 64) << 20, result.stdout  # only the chunk that holds the damage (the last 36 MiB)
+    assert same_model()
+
+
+def test_a_rail_without_link_is_skipped_and_said(big_model):
+    (on_node(WORKER, MODEL_DIR) / "extra-00000-of-00002.bin").unlink()
+    faults.link(WORKER, "enp1s0f0np0", False)
+    try:
+        result = pyinfra("-y", site=big_model)
+        assert "the worker does not answer over SSH at 10.0.0.2; trying the next rail" in result.stdout, result.stdout
+        assert re.search(r"model replicated: bytes 104857600, .*rails 1, via spark@10.0.1.2", result.stdout), result.stdout
+        assert same_model()
+    finally:
+        faults.link(WORKER, "enp1s0f0np0", True)
+
+
+def test_a_full_disk_on_the_worker_stops_before_a_byte_moves(big_model):
+    faults.small_disk(WORKER, MODEL_DIR, "16m")
+    try:
+        result = pyinfra("-y", site=big_model)
+        assert result.returncode != 0
+        assert re.search(r"spark-worker: /var/lib/dual-spark/model has 16.0 MiB free; the model needs 200.\d+ MiB more. "
+                         r"Fix: free space there, or set model_dir", result.stdout), result.stdout
+        assert moved(result.stdout) is None
+        assert in_node(WORKER.dir, "ls", "-A", MODEL_DIR, capture_output=True).stdout == ""
+    finally:
+        faults.free_disk(WORKER, MODEL_DIR)
+
+
+@pytest.fixture(scope="module")
+def hub(converged):
+    with Hub(on_node(HEAD, LAB_MODEL), repo="lab/tiny-llama", token=TOKEN, gated=True) as hub:
+        yield hub
+
+
+def hub_site(directory: Path, hub: Hub, revision: str | None = None) -> Path:
+    return site_variant(directory, model={"repo": "lab/tiny-llama", "revision": revision or hub.commit, "served_name": "tiny",
+                                          "tokenizer_mode": "auto", "tool_call_parser": "", "reasoning_parser": ""},
+                        hf_endpoint=hub.endpoint)
+
+
+TOKEN_FILE = "/home/spark/.cache/huggingface/token"
+
+
+def test_a_gated_model_without_a_token_stops_before_a_byte_moves(hub, tmp_path):
+    on_node(HEAD, TOKEN_FILE).unlink(missing_ok=True)
+    result = pyinfra("-y", site=hub_site(tmp_path, hub))
+    assert result.returncode != 0
+    assert "lab/tiny-llama at " in result.stdout and "is gated: a token is needed" in result.stdout, result.stdout
+    assert not [r for r in hub.requests if "/resolve/" in r]
+
+
+def test_a_wrong_revision_is_named(hub, tmp_path):
+    token = on_node(HEAD, TOKEN_FILE)
+    token.parent.mkdir(parents=True, exist_ok=True)
+    token.write_text(TOKEN + "\n")
+    result = pyinfra("-y", site=hub_site(tmp_path, hub, revision="0" * 40))
+    assert result.returncode != 0
+    assert f"lab/tiny-llama has no revision {'0' * 40}. Fix: set model.revision" in result.stdout, result.stdout
+    assert not [r for r in hub.requests if "/resolve/" in r]
+
+
+def test_a_full_disk_on_the_head_stops_before_a_byte_moves(hub, tmp_path):
+    faults.small_disk(HEAD, MODEL_DIR, "100k")
+    try:
+        result = pyinfra("-y", site=hub_site(tmp_path, hub))
+        assert result.returncode != 0
+        assert re.search(r"/model has [\d.]+ MiB free; lab/tiny-llama at \w+ needs 0.\d MiB more", result.stdout), result.stdout
+        assert not [r for r in hub.requests if r.startswith("GET") and "/resolve/" in r]
+    finally:
+        faults.free_disk(HEAD, MODEL_DIR)
+
+
+def test_the_hub_path_fetches_once_with_the_token_and_never_shows_it(hub, tmp_path):
+    site = hub_site(tmp_path, hub)
+    result = pyinfra("-y", site=site)
+    assert result.returncode == 0, result.stdout
+    assert "fetched lab/tiny-llama: commit " + hub.commit in result.stdout and moved(result.stdout) is not None
+    assert oct(on_node(HEAD, TOKEN_FILE).stat().st_mode)[-3:] == "600"
+    fetched = len([r for r in hub.requests if r.startswith("GET") and "/resolve/" in r])
+    again = pyinfra("-y", site=site)
+    assert again.returncode == 0 and "fetched" not in again.stdout and moved(again.stdout) is None
+    assert len([r for r in hub.requests if r.startswith("GET") and "/resolve/" in r]) == fetched
+    verbose = pyinfra("-y", "-vv", site=site)
+    for output in (result.stdout, again.stdout, verbose.stdout):
+        assert TOKEN not in output
+    assert same_model()
+    assert (LAB_DIR / "site.toml").exists()
