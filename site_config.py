@@ -330,7 +330,7 @@ class _Validator:
         mtu = effective["fabric_mtu"]
         if not MTU_RANGE[0] <= mtu <= MTU_RANGE[1]:
             self.error(where["fabric_mtu"], mtu, f"use an MTU between {MTU_RANGE[0]} and {MTU_RANGE[1]} (9000 for jumbo frames)")
-        for key in ("api_port", "master_port"):
+        for key in ("api_port", "master_port", "watchdog_port"):
             if not 0 < effective[key] < 65536:
                 self.error(where[key], effective[key], "use a TCP port between 1 and 65535")
         try:

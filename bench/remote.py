@@ -1,15 +1,20 @@
 """SSH from the control machine to a node with paramiko: commands, streamed command output,
-and a local port forward to the head's loopback-only API."""
+a local port forward to the head's loopback-only API, and what the site's head serves."""
 
 from __future__ import annotations
 
+import json
 import select
+import shlex
 import socketserver
 import threading
 from contextlib import contextmanager
 from dataclasses import dataclass
+from pathlib import Path
 
 import paramiko
+
+from site_config import Site
 
 
 @dataclass(frozen=True)
@@ -28,13 +33,27 @@ class Target:
         return cls(user or None, host, int(port or 22), key_filename)
 
 
-def connect(target: Target, known_hosts: str | None = None) -> paramiko.SSHClient:
+class UnknownHostKey(Exception):
+    """The node's host key is in no known_hosts file."""
+
+
+def connect(target: Target, known_hosts: str | None = None, accept_new: bool = False) -> paramiko.SSHClient:
+    """An SSH session that checks the node's host key against the system's and ``known_hosts``;
+    a key seen for the first time is an error, unless ``accept_new`` records it there."""
     client = paramiko.SSHClient()
     client.load_system_host_keys()
-    if known_hosts:
+    if known_hosts and Path(known_hosts).exists():
         client.load_host_keys(known_hosts)
-    client.set_missing_host_key_policy(paramiko.WarningPolicy())
-    client.connect(target.host, port=target.port, username=target.user, key_filename=target.key_filename, timeout=10)
+    client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if accept_new else paramiko.RejectPolicy())
+    try:
+        client.connect(target.host, port=target.port, username=target.user, key_filename=target.key_filename, timeout=10)
+    except paramiko.SSHException as error:
+        if "not found in known_hosts" in str(error):
+            raise UnknownHostKey(f"{target.host}'s SSH host key is not in {known_hosts or '~/.ssh/known_hosts'}. Fix: "
+                                 "check it and run again with --accept-new-host-key (or run the deploy once, which records it)") from None
+        raise
+    if accept_new and known_hosts:
+        client.save_host_keys(known_hosts)
     return client
 
 
@@ -116,3 +135,30 @@ def forward(client: paramiko.SSHClient, remote_host: str, remote_port: int):
         server.shutdown()
         server.server_close()
 
+
+
+def head_of(site: Site, accept_new: bool = False) -> paramiko.SSHClient:
+    """An SSH session to the site's head, as the deploy user, with the site's key and known_hosts."""
+    key = str(Path(site.ssh_key).expanduser()) if site.ssh_key else None
+    known = str(Path(site.known_hosts).expanduser()) if site.known_hosts else str(Path("~/.ssh/known_hosts").expanduser())
+    return connect(Target(site.deploy_user, site.nodes["head"].ssh_host, site.ssh_port, key), known, accept_new)
+
+
+def read_secret(client: paramiko.SSHClient, path: str) -> str:
+    """A file's content from the node, kept out of every output (the API key)."""
+    status, output = run(client, f"cat {shlex.quote(path)}")
+    if status != 0:
+        raise RuntimeError(f"cannot read {path} on the head (it is the deploy user's): deploy first")
+    return output.strip()
+
+
+def serving_identity(client: paramiko.SSHClient, state_dir: str) -> dict:
+    """What the head serves, read there: the running profile, the image ID, the model's source."""
+    _, labels = run(client, "docker inspect -f '{{index .Config.Labels \"dual-spark.profile\"}} {{.Image}}' dual-spark-vllm 2>/dev/null"
+                            " || sudo -n docker inspect -f '{{index .Config.Labels \"dual-spark.profile\"}} {{.Image}}' dual-spark-vllm")
+    words = labels.split()
+    status, manifest = run(client, f"cat {shlex.quote(state_dir)}/model.manifest.json")
+    source = json.loads(manifest).get("source", {}) if status == 0 else {}
+    return {"profile": words[0] if len(words) == 2 else "unknown", "image_id": words[1] if len(words) == 2 else "unknown",
+            "model_revision": source.get("revision") or source.get("path") or "unknown",
+            "model_digest": json.loads(manifest).get("digest", "unknown") if status == 0 else "unknown"}

@@ -31,7 +31,8 @@ import requests
 
 from bench.parsers import parse_prometheus
 from bench.prompts import Prompt, make_prompt
-from bench.remote import LineStream, Target, connect, forward
+from bench.remote import LineStream, Target, UnknownHostKey, connect, forward, head_of, read_secret, serving_identity
+from site_config import default_settings, load_site
 
 SCHEMA_VERSION = 1
 REPO = Path(__file__).resolve().parents[1]
@@ -236,50 +237,84 @@ def read_api_key(api_key_env: str, api_key_file: str | None) -> str | None:
     return os.environ.get(api_key_env) or None
 
 
+def served_model(endpoint: Endpoint) -> str:
+    response = requests.get(f"{endpoint.url}/v1/models", headers=endpoint.headers, timeout=30)
+    if response.status_code != 200:
+        raise click.ClickException(f"/v1/models answered {response.status_code}: is the API key the head's?")
+    return response.json()["data"][0]["id"]
+
+
+def through_site(stack: ExitStack, site_file: Path, accept_new: bool) -> tuple[str, str, dict]:
+    """The API of a site's head through an SSH tunnel: the local URL, the key (read on the head,
+    never printed) and what it serves (profile, image ID, model revision, read on the head)."""
+    site = load_site(site_file)
+    settings = {**default_settings(), **site.settings}
+    try:
+        client = stack.enter_context(head_of(site, accept_new))
+    except UnknownHostKey as error:
+        raise click.ClickException(str(error)) from None
+    port = stack.enter_context(forward(client, settings["api_host"], settings["api_port"]))
+    key = read_secret(client, f"{settings['state_dir']}/api-key")
+    identity = serving_identity(client, settings["state_dir"])
+    click.echo(f"--> {site.nodes['head'].hostname}'s API at {settings['api_host']}:{settings['api_port']}, "
+               f"tunnelled to 127.0.0.1:{port}; profile {identity['profile']}")
+    return f"http://127.0.0.1:{port}", key, identity
+
+
 @click.command()
 @click.option("--url", default="http://127.0.0.1:8888", show_default=True, help="The API base URL (as seen from the head with --via-ssh).")
-@click.option("--model", required=True, help="The served model name.")
+@click.option("--model", help="The served model name (default: what /v1/models names).")
 @click.option("--api-key-env", default="VLLM_API_KEY", show_default=True, help="Environment variable holding the API key.")
 @click.option("--api-key-file", type=click.Path(exists=True, dir_okay=False), help="File holding the API key.")
+@click.option("--site", "site_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="Reach the head of this site file through an SSH tunnel; read the key, profile, image and model revision there.")
+@click.option("--accept-new-host-key", is_flag=True, help="Record a node's SSH host key seen for the first time (else an error).")
 @click.option("--prompt-tokens", default="10000,200000,300000", show_default=True, help="Prompt sizes, comma-separated.")
 @click.option("--concurrency", default="1,4", show_default=True, help="Concurrencies, comma-separated (1 = sequential).")
 @click.option("--requests", "groups", default=3, show_default=True, help="Requests (C1) or groups (C>1) per cell.")
 @click.option("--max-tokens", default=256, show_default=True, help="Output length of every request.")
 @click.option("--ignore-eos/--stop-at-eos", default=True, show_default=True, help="Always generate --max-tokens.")
-@click.option("--profile", default="unknown", show_default=True, help="Serving profile being measured.")
-@click.option("--model-revision", default="unknown", show_default=True)
-@click.option("--image-id", default="unknown", show_default=True, help="Runtime image id on the nodes.")
+@click.option("--profile", help="Serving profile being measured (with --site: read on the head).")
+@click.option("--model-revision", help="The weights' revision (with --site: read on the head).")
+@click.option("--image-id", help="Runtime image id on the nodes (with --site: read on the head).")
 @click.option("--via-ssh", help="user@head: reach the API through an SSH tunnel to the head.")
 @click.option("--ssh-key", type=click.Path(dir_okay=False), help="Private key for --via-ssh and --telemetry.")
 @click.option("--telemetry", multiple=True, help="user@node to sample nvidia-smi on during the run (repeatable).")
 @click.option("--out", "out_dir", default="bench/results", show_default=True, type=click.Path(file_okay=False))
-def main(url, model, api_key_env, api_key_file, prompt_tokens, concurrency, groups, max_tokens, ignore_eos,
-         profile, model_revision, image_id, via_ssh, ssh_key, telemetry, out_dir):
+def main(url, model, api_key_env, api_key_file, site_file, accept_new_host_key, prompt_tokens, concurrency, groups, max_tokens,
+         ignore_eos, profile, model_revision, image_id, via_ssh, ssh_key, telemetry, out_dir):
     """Measure decode tok/s, TTFT and aggregate throughput; write raw JSON."""
     prompts = [make_prompt(int(size)) for size in prompt_tokens.split(",")]
     concurrencies = [int(c) for c in concurrency.split(",")]
     endpoint = Endpoint(url.rstrip("/"), model, read_api_key(api_key_env, api_key_file))
+    identity = {}
     with ExitStack() as stack:
-        if via_ssh:
+        if site_file:
+            endpoint.url, endpoint.api_key, identity = through_site(stack, site_file, accept_new_host_key)
+        elif via_ssh:
             parsed = urlparse(endpoint.url)
-            client = stack.enter_context(connect(Target.parse(via_ssh, ssh_key)))
+            client = stack.enter_context(connect(Target.parse(via_ssh, ssh_key), accept_new=accept_new_host_key))
             port = stack.enter_context(forward(client, parsed.hostname, parsed.port or 80))
             endpoint.url = f"http://127.0.0.1:{port}"
             click.echo(f"--> API at {url} on {via_ssh}, tunnelled to 127.0.0.1:{port}")
+        endpoint.model = endpoint.model or served_model(endpoint)
         streams = {}
         for spec in telemetry:
-            client = stack.enter_context(connect(Target.parse(spec, ssh_key)))
+            client = stack.enter_context(connect(Target.parse(spec, ssh_key), accept_new=accept_new_host_key))
             streams[spec] = LineStream(client, f"nvidia-smi --query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits -l 1")
         started = datetime.now(UTC)
         warm_up(endpoint, prompts[0])
         measured = run_benchmark(endpoint, prompts, concurrencies, groups, max_tokens, ignore_eos)
         samples = {spec: telemetry_rows(stream.stop()) for spec, stream in streams.items()}
+    profile = profile or identity.get("profile", "unknown")
     record = {
         "schema_version": SCHEMA_VERSION,
         "started": started.isoformat(),
-        "profile": profile, "model": model, "model_revision": model_revision,
-        "runtime_image_id": image_id, "git_revision": git_revision(),
-        "settings": {"url": url, "via_ssh": via_ssh, "prompt_tokens": [p.approx_tokens for p in prompts],
+        "profile": profile, "model": endpoint.model,
+        "model_revision": model_revision or identity.get("model_revision", "unknown"),
+        "runtime_image_id": image_id or identity.get("image_id", "unknown"), "git_revision": git_revision(),
+        "settings": {"url": url, "via_ssh": via_ssh, "site": str(site_file) if site_file else None,
+                     "prompt_tokens": [p.approx_tokens for p in prompts],
                      "concurrency": concurrencies, "requests_per_cell": groups, "max_tokens": max_tokens,
                      "temperature": 0.0, "ignore_eos": ignore_eos, "warmup_requests": 1},
         **measured,

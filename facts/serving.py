@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from typing import TypedDict
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
@@ -31,10 +32,11 @@ class Serving(TypedDict):
     container: Container | None
     rdma: Rdma
     api_key: bool
+    model_digest: str | None
     unreadable: list[str]
 
 
-def stack_sections(stack_dir: str, key_file: str) -> dict[str, StringCommand]:
+def stack_sections(stack_dir: str, key_file: str, model_record: str) -> dict[str, StringCommand]:
     """The sections of ServingState other than the RDMA tree (verification reads that once)."""
     def lines_of(name: str) -> StringCommand:
         path = QuoteString(f"{stack_dir}/{name}")
@@ -45,30 +47,33 @@ def stack_sections(stack_dir: str, key_file: str) -> dict[str, StringCommand]:
         "launch": lines_of("launch.sh"),
         "container": StringCommand("docker", "inspect", "-f", QuoteString(INSPECT), CONTAINER, "2>/dev/null"),
         "api_key": StringCommand("test", "-s", QuoteString(key_file), "&&", "echo", "present"),
+        "model_digest": StringCommand("sed", "-n", QuoteString(r's/^ *"digest": "\([0-9a-f]*\)".*/\1/p'), QuoteString(model_record),
+                                      "2>/dev/null"),
     }
 
 
 class ServingState(FactBase[Serving]):
     """
     A node's stack files in ``stack_dir`` (their lines, None where absent), its vLLM container
-    (None where there is none), the RDMA devices (for the RoCE v2 GID index NCCL must use), and
-    whether the API key file exists (never its content).
+    (None where there is none), the RDMA devices (for the RoCE v2 GID index NCCL must use),
+    whether the API key file exists (never its content), and the digest of the model in
+    ``model_record`` (the head's manifest: the stack names the model it serves).
 
     .. code:: python
 
         {"compose": ["# Managed by ...", "..."], "launch": ["#!/bin/sh", "..."],
          "container": {"id": "4f1c...", "status": "running", "started": "2026-11-29T20:01:02.5Z", "restarts": 0,
                        "stack": "9d2e...", "profile": "adaptive", "image": "sha256:5ebd...", "health": ""},
-         "rdma": {...RdmaDevices...}, "api_key": True, "unreadable": []}
+         "rdma": {...RdmaDevices...}, "api_key": True, "model_digest": "e83a3654f563...", "unreadable": []}
     """
 
     @staticmethod
     def default() -> Serving:
         return {"compose": None, "launch": None, "container": None, "rdma": RdmaDevices.default(), "api_key": False,
-                "unreadable": []}
+                "model_digest": None, "unreadable": []}
 
-    def command(self, stack_dir: str, key_file: str) -> StringCommand:
-        return combined({**stack_sections(stack_dir, key_file), "rdma": RdmaDevices().command()})
+    def command(self, stack_dir: str, key_file: str, model_record: str) -> StringCommand:
+        return combined({**stack_sections(stack_dir, key_file, model_record), "rdma": RdmaDevices().command()})
 
     def process(self, output: list[str]) -> Serving:
         sections = split(output)
@@ -88,5 +93,10 @@ class ServingState(FactBase[Serving]):
                 unreadable += found
         reading["rdma"] = RdmaDevices().process(part(sections, "rdma"))
         reading["api_key"] = [line.strip() for line in sections.get("api_key", [])] == ["present"]
+        digest = [line.strip() for line in sections.get("model_digest", []) if line.strip()]
+        if len(digest) == 1 and re.fullmatch(r"[0-9a-f]{64}", digest[0]):
+            reading["model_digest"] = digest[0]
+        else:
+            unreadable += digest
         reading["unreadable"] = unreadable
         return reading

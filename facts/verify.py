@@ -82,7 +82,7 @@ class Readiness(FactBase[Readings]):
             "image": ImageState().command(runtime["tag"], runtime["marker"]),
             "model": ModelState().command(runtime["script"], runtime["model_dir"], runtime["manifest"], runtime["state"],
                                           user, "/dev/null"),
-            "serving": combined(stack_sections(serving["stack_dir"], serving["key_file"])),
+            "serving": combined(stack_sections(serving["stack_dir"], serving["key_file"], runtime["manifest"])),
         }
         return combined({
             "links": NetLinks().command(),

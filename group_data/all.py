@@ -11,6 +11,7 @@ api_host = "127.0.0.1"
 api_port = 8888
 api_public = False  # a non-loopback api_host is refused unless this is true
 master_port = 25000
+watchdog_port = 25001  # each side's watchdog status, on its own fabric address
 block_size = 256
 speculative_method = "dspark"
 speculative_options = {}  # more keys of --speculative-config, e.g. {"prompt_lookup_max": 3}

@@ -14,6 +14,7 @@ import time
 from pathlib import Path
 
 USERNS_KEY = "apparmor_restrict_unprivileged_userns"
+HOST_ROOT = ".sparklab-host"
 DOCKERD = [
     "/usr/sbin/dockerd", "--iptables=false", "--ip6tables=false", "--bridge=none", "--storage-driver=overlay2",
     "--exec-root=/run/docker", "--pidfile=/run/docker.pid", "-H", "unix:///run/docker.sock",
@@ -144,8 +145,15 @@ def main() -> None:
     node_dir, hostname, cgroup_parent, management = Path(sys.argv[1]), sys.argv[2], sys.argv[3], sys.argv[4]
     root = prepare(node_dir, hostname)
     docker_log = open(node_dir / "dockerd.log", "a")  # outside the node: it outlives the node
-    os.chroot(root)
+    # The node's root becomes its mount namespace's root (a chroot is not enough: runc joins
+    # the namespace for `docker exec` and would land in the host's root), the host's goes away.
+    (root / HOST_ROOT).mkdir(exist_ok=True)
+    os.chdir(root)
+    subprocess.run(["pivot_root", ".", HOST_ROOT], check=True)
+    os.chroot(".")
     os.chdir("/")
+    subprocess.run(["umount", "--lazy", f"/{HOST_ROOT}"], check=True)
+    os.rmdir(f"/{HOST_ROOT}")
     boot_settings()
     subprocess.run(["ip", "addr", "replace", management, "dev", "mgmt0"], check=False)
     supervise(cgroup_parent, docker_log)

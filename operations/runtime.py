@@ -29,6 +29,7 @@ def paths(state_dir: str, model_dir: str) -> dict[str, str]:
         "model_sync": f"{state_dir}/bin/model_sync.py",
         "fetch_model": f"{state_dir}/bin/fetch_model.py",
         "health": f"{state_dir}/bin/health.py",
+        "watchdog": f"{state_dir}/bin/watchdog.py",
         "manifest": f"{state_dir}/model.manifest.json",
         "verified": f"{model_dir}/.dual-spark-verified.json",
         "smoke": f"{state_dir}/runtime",

@@ -66,20 +66,30 @@ def stack_settings(data) -> dict:
     profile = data.profiles[data.profile]
     head_rails = data.rails if data.role == "head" else data.peer_rails
     where = paths(data.state_dir, data.model_dir)
+    image = data.images[profile["image"]]
     return {
         "role": data.role, "profile_name": data.profile, "profile": profile, "model": data.model,
-        "image": data.images[profile["image"]], "rails": data.rails, "master_addr": head_rails[0]["address"],
+        "image": image, "rails": data.rails, "master_addr": head_rails[0]["address"],
+        "peer_address": data.peer_rails[0]["address"], "watchdog_port": data.watchdog_port,
+        "ready_timeout": data.serving_ready_timeout, "python": image["python"], "watchdog_script": where["watchdog"],
+        "restarts_dir": f"{data.state_dir}/serving",
         "api_host": data.api_host, "api_port": data.api_port, "master_port": data.master_port, "block_size": data.block_size,
         "speculative_method": data.speculative_method, "speculative_options": data.speculative_options,
         "vllm_extra_args": data.vllm_extra_args, "serving_env": data.serving_env, "gpus": data.container_gpus,
         "devices": data.container_devices, "ulimits": data.container_ulimits, "mounts": data.container_mounts,
         "container_env": data.container_env, "model_dir": data.model_dir, "stack_dir": data.stack_dir,
         "api_key_file": api_key_file(data.state_dir), "health_script": where["health"], "deploy_user": data.deploy_user,
+        "manifest": where["manifest"],
     }
 
 
 def api_key_file(state_dir: str) -> str:
     return f"{state_dir}/api-key"
+
+
+def state_arguments(settings: dict) -> dict:
+    """ServingState's arguments: the same on both nodes (the manifest exists on the head only)."""
+    return {"stack_dir": settings["stack_dir"], "key_file": settings["api_key_file"], "model_record": settings["manifest"]}
 
 
 @dataclass(frozen=True)
@@ -115,14 +125,13 @@ def environment(settings: dict, gid: int) -> dict[str, str]:
     return {**own, **settings["serving_env"], **settings["image"]["env"], **settings["profile"]["env"], **settings["container_env"]}
 
 
-def desired(settings: dict, gid: int) -> Stack:
+def desired(settings: dict, gid: int, model_digest: str | None) -> Stack:
     """The node's compose file and launch script; the stack hash names both (a container label)."""
-    launch = render("serving/launch.sh.j2", role=settings["role"], profile_name=settings["profile_name"],
-                    command=[settings["image"]["vllm"], "serve"] + vllm_args(settings))
+    launch = render("serving/launch.sh.j2", **settings, command=[settings["image"]["vllm"], "serve"] + vllm_args(settings))
 
     def compose(stack_hash: str) -> str:
         return render("serving/compose.yaml.j2", **settings, rank=0 if settings["role"] == "head" else 1,
-                      environment=environment(settings, gid), stack_hash=stack_hash)
+                      environment=environment(settings, gid), stack_hash=stack_hash, model_digest=(model_digest or "none")[:12])
 
     stack_hash = hashlib.sha256((compose("") + launch).encode()).hexdigest()[:16]
     return Stack(compose(stack_hash), launch, stack_hash)
@@ -138,9 +147,12 @@ def in_place(stack: Stack, reading: dict | None) -> bool:
 
 
 def pair(settings: dict, peer_settings: dict, mine: dict, theirs: dict | None) -> tuple[Stack, bool, bool]:
-    """This node's desired stack, whether it is in place, and whether the peer's is."""
-    stack = desired(settings, gid_index(settings, mine))
-    theirs_ok = theirs is not None and in_place(desired(peer_settings, gid_index(peer_settings, theirs)), theirs)
+    """This node's desired stack, whether it is in place, and whether the peer's is. Both stacks
+    name the model of the head's manifest: new weights restart the pair."""
+    head = mine if settings["role"] == "head" else theirs
+    model = head["model_digest"] if head else mine["model_digest"]
+    stack = desired(settings, gid_index(settings, mine), model)
+    theirs_ok = theirs is not None and in_place(desired(peer_settings, gid_index(peer_settings, theirs), model), theirs)
     return stack, in_place(stack, mine), theirs_ok
 
 
@@ -188,7 +200,7 @@ def head_stopped_for_change(settings: dict, peer_settings: dict):
     if peer is None:
         warn_unreachable("restarting the serving pair")
         return
-    mine, theirs = read_both(ServingState, peer, stack_dir=settings["stack_dir"], key_file=settings["api_key_file"])
+    mine, theirs = read_both(ServingState, peer, **state_arguments(settings))
     _, head_ok, worker_ok = pair(settings, peer_settings, mine, theirs)
     running = mine["container"] is not None and mine["container"]["status"] == "running"
     if head_ok and worker_ok or not running:
@@ -221,7 +233,7 @@ def stack_up(role: str, settings: dict, peer_settings: dict, ready_timeout: int)
     peer = reachable_peer()
     if peer is None:
         warn_unreachable("starting the serving pair")
-    mine, theirs = read_both(ServingState, peer, stack_dir=settings["stack_dir"], key_file=settings["api_key_file"])
+    mine, theirs = read_both(ServingState, peer, **state_arguments(settings))
     stack, mine_ok, theirs_ok = pair(settings, peer_settings, mine, theirs)
     head = settings["role"] == "head"
     if head and not mine["api_key"]:

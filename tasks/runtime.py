@@ -13,11 +13,12 @@ image = host.data.images[image_name]
 container = {"mounts": host.data.container_mounts, "env": host.data.container_env}
 
 managed_files(
-    name=f"Install the helpers (model hashing and replication, hub fetch, serving health); give {user} the model directory",
+    name=f"Install the helpers (model hashing and replication, hub fetch, serving health and watchdog); give {user} the model directory",
     entries=[
         ("files/runtime/model_sync.py", where["model_sync"], "755"),
         ("files/runtime/fetch_model.py", where["fetch_model"], "755"),
         ("files/serving/health.py", where["health"], "755"),
+        ("files/serving/watchdog.py", where["watchdog"], "755"),
     ],
     directories=[(host.data.model_dir, user, "755")],
 )

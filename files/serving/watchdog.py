@@ -1,0 +1,258 @@
+#!/usr/bin/env python3
+# Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
+"""Keeps a two-node vLLM pair serving without a person. Runs inside each node's container beside
+vLLM (started by launch.sh) and ends vLLM, so that Docker restarts the container, when this side
+can no longer serve. What two-node vLLM does when one side dies (the lab's trial):
+
+- the worker dies: the head's /health still answers 200 for minutes; only generating fails.
+  So the head generates one token every --interval seconds, and ends its vLLM after two failures.
+- the head dies: a headless worker does not notice for minutes, and a new head waits for ever
+  for a fresh worker. So each head container has a session of its own (a random ID, made at its
+  start), served beside the worker's state on the fabric; the worker records the session it
+  joined and ends its vLLM as soon as the head serves another one.
+- a head must not start vLLM while its worker still belongs to an old session: it waits until
+  the worker says it is waiting (fresh), then starts.
+
+Every status endpoint listens on the node's own fabric address only and carries no secret.
+
+    watchdog.py head --ip HEAD_RAIL_IP --port P --url URL --key-file F --pid PID --state FILE
+    watchdog.py worker --ip WORKER_RAIL_IP --head-ip HEAD_RAIL_IP --port P --pid PID --state FILE
+    watchdog.py wait-for-worker --worker-ip WORKER_RAIL_IP --port P --timeout S
+    watchdog.py backoff --state FILE            (waits before a start when the last ones never served)
+    watchdog.py check --ip RAIL_IP --port P     (Docker's health check: is this side serving?)
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import signal
+import sys
+import threading
+import time
+import urllib.request
+import uuid
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+FAILURES_TO_RESTART = 2
+STOP_GRACE = 20
+
+
+def log(message: str) -> None:
+    print(f"dual-spark watchdog: {message}", file=sys.stderr, flush=True)
+
+
+class Status:
+    """This side's state, served as JSON on the fabric address."""
+
+    def __init__(self, role: str):
+        self.value = {"role": role, "session": uuid.uuid4().hex, "state": "starting", "joined": None}
+        self.lock = threading.Lock()
+
+    def update(self, **changes) -> None:
+        with self.lock:
+            self.value.update(changes)
+
+    def serve(self, address: str, port: int) -> None:
+        status = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args) -> None:
+                pass
+
+            def do_GET(self) -> None:
+                with status.lock:
+                    body = json.dumps(status.value).encode()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/json")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+        server = ThreadingHTTPServer((address, port), Handler)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+
+
+def peer_status(address: str, port: int, timeout: float = 3) -> dict | None:
+    try:
+        with urllib.request.urlopen(f"http://{address}:{port}/", timeout=timeout) as response:
+            return json.loads(response.read())
+    except (OSError, ValueError):
+        return None
+
+
+def end(pid: int, why: str) -> None:
+    """End vLLM (the container's main process): Docker restarts the container."""
+    log(f"ending vLLM: {why}")
+    try:
+        os.kill(pid, signal.SIGTERM)
+        for _ in range(STOP_GRACE * 10):
+            time.sleep(0.1)
+            os.kill(pid, 0)
+        os.kill(pid, signal.SIGKILL)
+    except ProcessLookupError:
+        pass
+    sys.exit(0)
+
+
+def connections_to(address: str) -> int:
+    """Established TCP connections of this container's processes to ``address`` (IPv4), read
+    from /proc: the sockets of the processes this PID namespace shows."""
+    ours = set()
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            for fd in os.listdir(f"/proc/{pid}/fd"):
+                target = os.readlink(f"/proc/{pid}/fd/{fd}")
+                if target.startswith("socket:["):
+                    ours.add(target[8:-1])
+        except OSError:
+            continue
+    wanted = "".join(f"{int(octet):02X}" for octet in reversed(address.split(".")))
+    count = 0
+    for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
+        fields = line.split()
+        remote, state, inode = fields[2], fields[3], fields[9]
+        if state == "01" and remote.split(":")[0] == wanted and inode in ours:
+            count += 1
+    return count
+
+
+def generates(url: str, key: str) -> bool:
+    """One token through the API: the only proof that both ranks work."""
+    def call(path: str, body: dict | None) -> dict:
+        request = urllib.request.Request(url + path, data=json.dumps(body).encode() if body else None,
+                                         headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
+        with urllib.request.urlopen(request, timeout=60) as response:
+            return json.loads(response.read())
+
+    try:
+        model = call("/v1/models", None)["data"][0]["id"]
+        answer = call("/v1/completions", {"model": model, "prompt": "ok", "max_tokens": 1, "temperature": 0})
+        return answer.get("usage", {}).get("completion_tokens", 0) >= 1
+    except (OSError, ValueError, KeyError, IndexError):
+        return False
+
+
+def head(args) -> None:
+    status = Status("head")
+    status.serve(args.ip, args.port)
+    key = Path(args.key_file).read_text().strip()
+    started, failures = time.monotonic(), 0
+    status.update(state="waiting")
+    while True:
+        time.sleep(args.interval)
+        ok = generates(args.url, key)
+        serving = status.value["state"] == "serving"
+        if ok:
+            failures = 0
+            if not serving:
+                log(f"serving after {time.monotonic() - started:.0f} s")
+                healthy(args.state)
+            status.update(state="serving")
+        elif serving:
+            failures += 1
+            status.update(state="failing")
+            if failures >= FAILURES_TO_RESTART:
+                end(args.pid, f"no token generated {failures} times in a row: the worker or the engine is gone")
+        elif time.monotonic() - started > args.startup_timeout:
+            end(args.pid, f"not serving {args.startup_timeout:.0f} s after the start")
+
+
+def worker(args) -> None:
+    status = Status("worker")
+    status.serve(args.ip, args.port)
+    status.update(state="waiting")
+    joined = None
+    while True:
+        time.sleep(args.interval)
+        theirs = peer_status(args.head_ip, args.port)
+        if joined is None:
+            if theirs and connections_to(args.head_ip):
+                joined = theirs["session"]
+                status.update(state="joined", joined=joined)
+                healthy(args.state)
+                log(f"joined the head's session {joined[:8]}")
+        elif theirs and theirs["session"] != joined:
+            end(args.pid, f"the head runs a new session {theirs['session'][:8]} (this worker joined {joined[:8]})")
+
+
+def wait_for_worker(args) -> None:
+    """The head starts vLLM only with a fresh worker waiting for it."""
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        theirs = peer_status(args.worker_ip, args.port)
+        if theirs and theirs["state"] == "waiting":
+            log("the worker is waiting: starting vLLM")
+            return
+        time.sleep(2)
+    log(f"no fresh worker after {args.timeout:.0f} s: starting vLLM anyway")
+
+
+def record(state: Path, **values) -> None:
+    state.parent.mkdir(parents=True, exist_ok=True)
+    state.write_text(json.dumps(values))
+
+
+def healthy(state: str) -> None:
+    """This run served (or joined): the next start owes no backoff."""
+    record(Path(state), failed_starts=0, healthy=True)
+
+
+def backoff(args) -> None:
+    """A side that keeps failing to come up waits longer before each start (10 s, doubling, at
+    most 5 min), so it does not hammer the other; a run that served resets it. Restarts the
+    watchdog asks for after a healthy run start at once."""
+    state = Path(args.state)
+    try:
+        last = json.loads(state.read_text())
+    except (OSError, ValueError):
+        last = {"failed_starts": 0, "healthy": True}
+    failed = 0 if last.get("healthy") else last.get("failed_starts", 0) + 1
+    record(state, failed_starts=failed, healthy=False)
+    if failed:
+        delay = min(300, 10 * 2 ** (failed - 1))
+        log(f"the last {failed} start(s) never served: waiting {delay} s before starting again")
+        time.sleep(delay)
+
+
+def check(args) -> None:
+    mine = peer_status(args.ip, args.port)
+    sys.exit(0 if mine and mine["state"] in ("serving", "joined") else 1)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="command", required=True)
+    h = commands.add_parser("head")
+    h.add_argument("--ip", required=True)
+    h.add_argument("--port", type=int, required=True)
+    h.add_argument("--url", required=True)
+    h.add_argument("--key-file", required=True)
+    h.add_argument("--pid", type=int, required=True)
+    h.add_argument("--interval", type=float, default=10)
+    h.add_argument("--startup-timeout", type=float, default=1800)
+    h.add_argument("--state", required=True, help="the backoff's state file")
+    w = commands.add_parser("worker")
+    w.add_argument("--ip", required=True)
+    w.add_argument("--head-ip", required=True)
+    w.add_argument("--port", type=int, required=True)
+    w.add_argument("--pid", type=int, required=True)
+    w.add_argument("--interval", type=float, default=3)
+    w.add_argument("--state", required=True, help="the backoff's state file")
+    f = commands.add_parser("wait-for-worker")
+    f.add_argument("--worker-ip", required=True)
+    f.add_argument("--port", type=int, required=True)
+    f.add_argument("--timeout", type=float, default=600)
+    b = commands.add_parser("backoff")
+    b.add_argument("--state", required=True)
+    c = commands.add_parser("check")
+    c.add_argument("--ip", required=True)
+    c.add_argument("--port", type=int, required=True)
+    args = parser.parse_args()
+    {"head": head, "worker": worker, "wait-for-worker": wait_for_worker, "backoff": backoff, "check": check}[args.command](args)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,187 @@
+"""Serving on the lab, for real: the two nodes' Docker engines run the head and worker stacks,
+a two-node tensor-parallel vLLM on the CPU over the lab's rail; the API on the head's loopback
+behind its key; profile switches restart worker then head and change what is served."""
+
+import json
+import re
+import subprocess
+import sys
+import threading
+import time
+from contextlib import ExitStack
+
+import pytest
+import requests
+
+from bench.remote import head_of, read_secret
+from lab.config import HEAD, LAB_DIR, WORKER
+from lab.processes import in_node
+from site_config import load_site
+from tests.e2e.conftest import REPO, SITE, pyinfra
+
+pytestmark = pytest.mark.end_to_end
+OUTPUTS: list[str] = []  # every output of this module's runs, searched for the key at the end
+
+
+def run(*args, task="deploy.py") -> subprocess.CompletedProcess:
+    result = pyinfra(*args, task=task)
+    OUTPUTS.append(result.stdout)
+    return result
+
+
+def container(node) -> dict:
+    fields = in_node(node.dir, "docker", "inspect", "-f", '{{.Id}} {{.State.StartedAt}} {{index .Config.Labels "dual-spark.profile"}}',
+                     "dual-spark-vllm", capture_output=True).stdout.split()
+    return {"id": fields[0], "started": fields[1], "profile": fields[2]}
+
+
+@pytest.fixture(scope="module")
+def serving(lab):
+    result = run("-y")
+    assert result.returncode == 0, result.stdout
+    assert re.search(r"spark-head\s+API\s+PASS\s+generates tokens at 127.0.0.1:8888 as tiny", result.stdout), result.stdout
+    return result
+
+
+@pytest.fixture(scope="module")
+def api(serving):
+    """The API through an SSH tunnel to the head, as a client reaches it: URL and key."""
+    from bench.serving import through_site
+
+    with ExitStack() as stack:
+        url, key, _ = through_site(stack, SITE, accept_new=False)
+        yield url, key
+
+
+def chat(url: str, key: str, content: str = "spark fabric rail", max_tokens: int = 8) -> requests.Response:
+    return requests.post(f"{url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=120,
+                         json={"model": "tiny", "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens})
+
+
+def test_the_pair_serves_a_chat_through_the_tunnel_behind_the_key(api):
+    url, key = api
+    answer = chat(url, key)
+    assert answer.status_code == 200 and answer.json()["usage"]["completion_tokens"] == 8
+    assert requests.get(f"{url}/v1/models", timeout=10).status_code == 401
+    assert requests.get(f"{url}/v1/models", headers={"Authorization": "Bearer not-the-key"}, timeout=10).status_code == 401
+
+
+def test_the_api_is_not_reachable_on_the_management_address(serving):
+    with pytest.raises(requests.ConnectionError):
+        requests.get(f"http://{HEAD.address}:8888/v1/models", timeout=5)
+    assert re.search(r"spark-head\s+API exposure\s+PASS\s+only on 127.0.0.1:8888", serving.stdout)
+
+
+def test_both_ranks_run_over_the_fabric(serving):
+    """Rank 1 is headless on the worker; the ranks meet at the head's rail address."""
+    head_launch = (HEAD.root / "etc/dual-spark/launch.sh").read_text()
+    worker_launch = (WORKER.root / "etc/dual-spark/launch.sh").read_text()
+    assert "--node-rank 0" in head_launch and "--headless" not in head_launch and "--host 127.0.0.1" in head_launch
+    assert "--node-rank 1" in worker_launch and "--headless" in worker_launch and "--master-addr 10.0.0.1" in worker_launch
+    connections = in_node(WORKER.dir, "ss", "-Htn", "state", "established", "dst", "10.0.0.1", capture_output=True).stdout
+    assert connections.strip(), "the worker has no connection to the head over rail 0"
+
+
+def test_a_second_run_restarts_nothing(serving):
+    before = {node.role: container(node) for node in (HEAD, WORKER)}
+    result = run("-y")
+    assert result.returncode == 0, result.stdout
+    assert re.search(r"Grand total\s+\d+\s+-\s+-\s+\d+", result.stdout), result.stdout
+    assert {node.role: container(node) for node in (HEAD, WORKER)} == before
+
+
+def test_a_dry_profile_switch_shows_the_diff_and_restarts_nothing(serving):
+    before = {node.role: container(node) for node in (HEAD, WORKER)}
+    result = run("--dry", "--data", "profile=fast", task="tasks/profile.py")
+    assert result.returncode == 0, result.stdout
+    assert "Will modify /etc/dual-spark/launch.sh" in result.stdout and "Will modify /etc/dual-spark/compose.yaml" in result.stdout
+    assert "-  --max-num-seqs 4" in result.stdout and "+  --max-num-seqs 1" in result.stdout
+    assert "+      dual-spark.profile: fast" in result.stdout
+    assert {node.role: container(node) for node in (HEAD, WORKER)} == before
+
+
+def running_at_once(url: str, key: str, requests_: int = 4) -> float:
+    """The most requests vLLM ran at once while ``requests_`` long ones were sent together
+    (vllm:num_requests_running, sampled from /metrics)."""
+    peak = [0.0]
+    done = threading.Event()
+
+    def sample():
+        while not done.is_set():
+            text = requests.get(f"{url}/metrics", timeout=10).text
+            match = re.search(r"^vllm:num_requests_running\{[^}]*\} ([\d.]+)", text, flags=re.M)
+            peak[0] = max(peak[0], float(match.group(1)) if match else 0.0)
+            time.sleep(0.05)
+
+    sampler = threading.Thread(target=sample)
+    sampler.start()
+    workers = [threading.Thread(target=chat, args=(url, key, "spark fabric", 48)) for _ in range(requests_)]
+    for worker in workers:
+        worker.start()
+    for worker in workers:
+        worker.join()
+    done.set()
+    sampler.join()
+    return peak[0]
+
+
+def test_switching_to_fast_restarts_worker_then_head_and_serves_one_at_a_time(api):
+    url, key = api
+    assert running_at_once(url, key) > 1  # adaptive: up to 4 sequences
+    result = run("-y", "--data", "profile=fast", task="tasks/profile.py")
+    assert result.returncode == 0, result.stdout
+    head, worker = container(HEAD), container(WORKER)
+    assert head["profile"] == worker["profile"] == "fast"
+    assert worker["started"] < head["started"], "the worker must start before the head"
+    stop = re.search(r"Stop the head's vLLM if either stack changes.*\n(?:.*\n)*?\s+\[spark-head\]\s+Success", result.stdout)
+    assert stop, result.stdout
+    assert running_at_once(url, key) == 1  # fast: max_num_seqs 1
+
+
+def test_switching_back_restores_the_default(api):
+    url, key = api
+    result = run("-y", task="tasks/profile.py")
+    assert result.returncode == 0, result.stdout
+    assert container(HEAD)["profile"] == container(WORKER)["profile"] == "adaptive"
+    assert running_at_once(url, key) > 1
+
+
+@pytest.mark.parametrize("args, field", [
+    (["--data", "profile=turbo"], "--data profile = 'turbo': choose one of adaptive, fast, long-c4"),
+    (["--data", "api_host=0.0.0.0"], "--data api_host = '0.0.0.0': the API would answer beyond this machine"),
+])
+def test_a_bad_profile_or_override_is_refused_before_contact(serving, args, field):
+    before = {node.role: container(node) for node in (HEAD, WORKER)}
+    result = run("-y", *args, task="tasks/profile.py")
+    assert result.returncode != 0 and field in result.stdout and "no host was contacted" in result.stdout, result.stdout
+    assert "Connecting to hosts" not in result.stdout
+    assert {node.role: container(node) for node in (HEAD, WORKER)} == before
+
+
+def test_bench_reads_what_the_nodes_serve_and_never_records_the_key(serving, tmp_path):
+    result = subprocess.run([sys.executable, "-m", "bench.serving", "--site", str(SITE), "--prompt-tokens", "100",
+                             "--concurrency", "1", "--requests", "2", "--max-tokens", "16", "--out", str(tmp_path)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    OUTPUTS.extend([result.stdout, result.stderr])
+    assert result.returncode == 0, result.stderr
+    [raw] = tmp_path.glob("serving-adaptive-*.json")
+    record = json.loads(raw.read_text())
+    OUTPUTS.append(raw.read_text())
+    assert record["profile"] == "adaptive" and record["model"] == "tiny"
+    assert record["runtime_image_id"].startswith("sha256:") and record["model_revision"] == "/srv/lab-models/tiny-llama"
+
+
+def test_the_key_never_appears_in_any_output(serving):
+    site = load_site(SITE)
+    with head_of(site) as client:
+        key = read_secret(client, "/var/lib/dual-spark/api-key")
+    mode = oct((HEAD.root / "var/lib/dual-spark/api-key").stat().st_mode)[-3:]
+    assert len(key) >= 32 and mode == "600"
+    logs = [in_node(node.dir, "docker", "logs", "dual-spark-vllm", capture_output=True, check=False) for node in (HEAD, WORKER)]
+    texts = OUTPUTS + [log.stdout + log.stderr for log in logs] + [
+        p.read_text(errors="replace") for p in (HEAD.root / "etc/dual-spark").iterdir()] + [
+        (LAB_DIR / node.role / "dockerd.log").read_text(errors="replace") for node in (HEAD, WORKER)]
+    inspect = in_node(HEAD.dir, "docker", "inspect", "dual-spark-vllm", capture_output=True).stdout
+    assert len(texts) > 10
+    for text in texts + [inspect]:
+        assert key not in text
