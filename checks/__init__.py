@@ -14,3 +14,4 @@ class Check:
     status: str
     detail: str
     fix: str = ""
+    lines: tuple[str, ...] = ()  # evidence shown under the row: the last lines of a failing side's log

@@ -13,8 +13,10 @@ def render(checks: list[Check], title: str = "readiness") -> str:
     for check in checks:
         row = f"{check.node:<{widths[0]}}  {check.item:<{widths[1]}}  {check.status:<{widths[2]}}  {check.detail}"
         lines.append(click.style(row, fg={PASS: "green", FAIL: "red", WARN: "yellow"}[check.status]))
+        indent = " " * (widths[0] + widths[1] + widths[2] + 6)
         if check.fix:
-            lines.append(" " * (widths[0] + widths[1] + widths[2] + 6) + f"fix: {check.fix}")
+            lines.append(indent + f"fix: {check.fix}")
+        lines += [click.style(indent + "| " + line[:160], dim=True) for line in check.lines]
     failed = sum(c.status == FAIL for c in checks)
     lines.append(f"{title}: {len(checks) - failed} of {len(checks)} checks pass" + (f", {failed} FAIL" if failed else ""))
     return "\n".join(lines)

@@ -12,7 +12,8 @@ from facts.fabric import Rdma, RdmaDevices
 
 CONTAINER = "dual-spark-vllm"
 INSPECT = ("{{.Id}}|{{.State.Status}}|{{.State.StartedAt}}|{{.RestartCount}}|{{index .Config.Labels \"dual-spark.stack\"}}|"
-           "{{index .Config.Labels \"dual-spark.profile\"}}|{{.Image}}|{{with index .State \"Health\"}}{{.Status}}{{end}}")
+           "{{index .Config.Labels \"dual-spark.profile\"}}|{{.Image}}|{{with index .State \"Health\"}}{{.Status}}{{end}}|"
+           "{{.State.ExitCode}}|{{.State.FinishedAt}}")
 
 
 class Container(TypedDict):
@@ -24,6 +25,8 @@ class Container(TypedDict):
     profile: str
     image: str
     health: str
+    exit_code: int
+    finished: str
 
 
 class Serving(TypedDict):
@@ -45,11 +48,29 @@ def stack_sections(stack_dir: str, key_file: str, model_record: str) -> dict[str
     return {
         "compose": lines_of("compose.yaml"),
         "launch": lines_of("launch.sh"),
-        "container": StringCommand("docker", "inspect", "-f", QuoteString(INSPECT), CONTAINER, "2>/dev/null"),
+        "container": container_command(),
         "api_key": StringCommand("test", "-s", QuoteString(key_file), "&&", "echo", "present"),
         "model_digest": StringCommand("sed", "-n", QuoteString(r's/^ *"digest": "\([0-9a-f]*\)".*/\1/p'), QuoteString(model_record),
                                       "2>/dev/null"),
     }
+
+
+def container_command() -> StringCommand:
+    return StringCommand("docker", "inspect", "-f", QuoteString(INSPECT), CONTAINER, "2>/dev/null")
+
+
+def container_reading(lines: list[str]) -> tuple[Container | None, list[str]]:
+    """The container from `container_command`'s output (None where there is none), and the
+    lines that did not read."""
+    found = [line for line in lines if line.strip()]
+    if not found:
+        return None, []
+    fields = found[-1].split("|")
+    if len(fields) != 10 or not fields[3].isdigit() or not fields[8].lstrip("-").isdigit():
+        return None, found
+    return {"id": fields[0], "status": fields[1], "started": fields[2], "restarts": int(fields[3]), "stack": fields[4],
+            "profile": fields[5], "image": fields[6], "health": fields[7], "exit_code": int(fields[8]),
+            "finished": fields[9]}, []
 
 
 class ServingState(FactBase[Serving]):
@@ -63,7 +84,8 @@ class ServingState(FactBase[Serving]):
 
         {"compose": ["# Managed by ...", "..."], "launch": ["#!/bin/sh", "..."],
          "container": {"id": "4f1c...", "status": "running", "started": "2026-11-29T20:01:02.5Z", "restarts": 0,
-                       "stack": "9d2e...", "profile": "adaptive", "image": "sha256:5ebd...", "health": ""},
+                       "stack": "9d2e...", "profile": "adaptive", "image": "sha256:5ebd...", "health": "healthy",
+                       "exit_code": 0, "finished": "0001-01-01T00:00:00Z"},
          "rdma": {...RdmaDevices...}, "api_key": True, "model_digest": "e83a3654f563...", "unreadable": []}
     """
 
@@ -83,14 +105,8 @@ class ServingState(FactBase[Serving]):
             lines = sections.get(name, [])
             if lines[:1] == ["present"]:
                 reading[name] = lines[1:]
-        found = [line for line in sections.get("container", []) if line.strip()]
-        if found:
-            fields = found[-1].split("|")
-            if len(fields) == 8 and fields[3].isdigit():
-                reading["container"] = {"id": fields[0], "status": fields[1], "started": fields[2], "restarts": int(fields[3]),
-                                        "stack": fields[4], "profile": fields[5], "image": fields[6], "health": fields[7]}
-            else:
-                unreadable += found
+        reading["container"], bad = container_reading(sections.get("container", []))
+        unreadable += bad
         reading["rdma"] = RdmaDevices().process(part(sections, "rdma"))
         reading["api_key"] = [line.strip() for line in sections.get("api_key", [])] == ["present"]
         digest = [line.strip() for line in sections.get("model_digest", []) if line.strip()]

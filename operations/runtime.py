@@ -30,6 +30,7 @@ def paths(state_dir: str, model_dir: str) -> dict[str, str]:
         "fetch_model": f"{state_dir}/bin/fetch_model.py",
         "health": f"{state_dir}/bin/health.py",
         "watchdog": f"{state_dir}/bin/watchdog.py",
+        "serving": f"{state_dir}/serving",  # the watchdogs' backoff records
         "manifest": f"{state_dir}/model.manifest.json",
         "verified": f"{model_dir}/.dual-spark-verified.json",
         "smoke": f"{state_dir}/runtime",

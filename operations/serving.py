@@ -9,6 +9,7 @@ import hashlib
 import json
 from dataclasses import dataclass
 from io import StringIO
+from pathlib import Path
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
@@ -21,6 +22,7 @@ from operations.runtime import paths, reported
 
 STAGING = "/run/dual-spark/stack-check"
 FILES = ("compose.yaml", "launch.sh")
+WATCHDOG = Path(__file__).resolve().parents[1] / "files/serving/watchdog.py"
 
 
 def vllm_args(settings: dict) -> list[str]:
@@ -72,7 +74,7 @@ def stack_settings(data) -> dict:
         "image": image, "rails": data.rails, "master_addr": head_rails[0]["address"],
         "peer_address": data.peer_rails[0]["address"], "watchdog_port": data.watchdog_port,
         "ready_timeout": data.serving_ready_timeout, "python": image["python"], "watchdog_script": where["watchdog"],
-        "restarts_dir": f"{data.state_dir}/serving",
+        "restarts_dir": where["serving"],
         "api_host": data.api_host, "api_port": data.api_port, "master_port": data.master_port, "block_size": data.block_size,
         "speculative_method": data.speculative_method, "speculative_options": data.speculative_options,
         "vllm_extra_args": data.vllm_extra_args, "serving_env": data.serving_env, "gpus": data.container_gpus,
@@ -126,8 +128,10 @@ def environment(settings: dict, gid: int) -> dict[str, str]:
 
 
 def desired(settings: dict, gid: int, model_digest: str | None) -> Stack:
-    """The node's compose file and launch script; the stack hash names both (a container label)."""
-    launch = render("serving/launch.sh.j2", **settings, command=[settings["image"]["vllm"], "serve"] + vllm_args(settings))
+    """The node's compose file and launch script; the stack hash names both (a container label).
+    The launch script names the watchdog's version: a new watchdog restarts the pair."""
+    launch = render("serving/launch.sh.j2", **settings, command=[settings["image"]["vllm"], "serve"] + vllm_args(settings),
+                    watchdog_digest=hashlib.sha256(WATCHDOG.read_bytes()).hexdigest()[:16])
 
     def compose(stack_hash: str) -> str:
         return render("serving/compose.yaml.j2", **settings, rank=0 if settings["role"] == "head" else 1,

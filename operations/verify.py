@@ -1,13 +1,17 @@
-"""Readiness: read both Sparks back (one round trip each), apply the rules, print one table."""
+"""Readiness: read both Sparks back (one round trip each), apply the rules, print one table.
+The reporting (the head reports, both nodes read at once, a FAIL fails the run) is shared with
+`operations/status.py`."""
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import click
 import gevent
 from pyinfra import host, inventory, state
 from pyinfra.api import QuoteString, StringCommand, operation
 
-from checks import FAIL
+from checks import FAIL, Check
 from checks.node import USERNS_KEY, node_checks, unreachable
 from checks.table import failure_summary, render
 from facts.verify import Readiness, ping_targets
@@ -16,14 +20,19 @@ from operations.runtime import paths, smoke_marker
 from operations.serving import api_key_file
 
 
-def read_node(node) -> dict | None:
-    """One node's readings, or None when it does not answer over SSH."""
+def answers(node) -> bool:
+    """Connected, or connects now; False for a node that does not answer over SSH."""
     if node in state.failed_hosts:
-        return None
+        return False
     if not node.connected:
         node.connect(show_errors=False)
-        if not node.connected:
-            return None
+    return bool(node.connected)
+
+
+def read_node(node) -> dict | None:
+    """One node's readings, or None when it does not answer over SSH."""
+    if not answers(node):
+        return None
     data = node.data
     where = paths(data.state_dir, data.model_dir)
     tag = data.images[data.profiles[data.profile]["image"]]["tag"]
@@ -39,9 +48,10 @@ def read_node(node) -> dict | None:
     )
 
 
-def all_checks(nodes: list) -> list:
-    """Every readiness row of both nodes; a node that does not answer is one FAIL row."""
-    reads = {node.name: gevent.spawn(read_node, node) for node in nodes}
+def all_checks(nodes: list, read: Callable = read_node, rules: Callable = node_checks) -> list[Check]:
+    """Every row of both nodes (``read`` a node at the same time as the other, then ``rules``);
+    a node that does not answer is one FAIL row."""
+    reads = {node.name: gevent.spawn(read, node) for node in nodes}
     readings = {name: greenlet.get() for name, greenlet in reads.items()}
     checks = []
     for node, peer in zip(nodes, nodes[::-1]):
@@ -49,8 +59,29 @@ def all_checks(nodes: list) -> list:
         if mine is None:
             checks.append(unreachable(node.name, node.data.ssh_hostname, node.data.ssh_port))
         else:
-            checks += node_checks(node.name, node.data, mine, peer.name, readings[peer.name])
+            checks += rules(node.name, node.data, mine, peer.name, readings[peer.name])
     return checks
+
+
+def reports_here() -> bool:
+    """The head reports, or the worker when the head does not answer; only while the deploy
+    executes (change detection and --dry skip it)."""
+    if host.data.role != "head" and reachable_peer() is not None:
+        host.noop("the head reports")
+        return False
+    if not host.state.is_executing:
+        host.noop("reads both nodes back once the changes before it have run")
+        return False
+    return True
+
+
+def report(checks: list[Check], title: str, passed: str):
+    """Print the table; a command that fails the run on any FAIL (pyinfra then says so)."""
+    click.echo(render(checks, title))
+    if any(check.status == FAIL for check in checks):
+        yield StringCommand("echo", QuoteString(f"{title} FAILED: {failure_summary(checks)}"), ">&2;", "exit", "1")
+    else:
+        host.noop(passed)
 
 
 @operation()
@@ -68,15 +99,5 @@ def readiness(node_names: list[str]):
 
         readiness(node_names=["spark-head", "spark-worker"])
     """
-    if host.data.role != "head" and reachable_peer() is not None:
-        host.noop("the head reports")
-        return
-    if not host.state.is_executing:
-        host.noop("reads both nodes back once the changes before it have run")
-        return
-    checks = all_checks([inventory.get_host(name) for name in node_names])
-    click.echo(render(checks))
-    if any(check.status == FAIL for check in checks):
-        yield StringCommand("echo", QuoteString(f"readiness FAILED: {failure_summary(checks)}"), ">&2;", "exit", "1")
-    else:
-        host.noop("both nodes are ready")
+    if reports_here():
+        yield from report(all_checks([inventory.get_host(name) for name in node_names]), "readiness", "both nodes are ready")

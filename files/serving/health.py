@@ -2,9 +2,11 @@
 # Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
 """Is the two-node vLLM serving? Generates one token through the API with its key: `/health`
 answers 200 for minutes after the worker died, so only a generated token proves both ranks
-work. Prints one JSON line (never the key); exits 0 when a token came back.
+work. Prints one JSON line (never the key); exits 0 when a token came back. With --metrics it
+also reads vLLM's /metrics: the speculative-decoding counters since the start (None where the
+profile does not speculate) and the requests running and waiting.
 
-    health.py --url http://127.0.0.1:8888 --key-file FILE [--wait SECONDS] [--timeout SECONDS]
+    health.py --url http://127.0.0.1:8888 --key-file FILE [--wait SECONDS] [--timeout SECONDS] [--metrics]
 """
 
 from __future__ import annotations
@@ -16,6 +18,10 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+
+COUNTERS = {"vllm:spec_decode_num_drafts_total": "drafts", "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
+            "vllm:spec_decode_num_accepted_tokens_total": "accepted"}
+GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting"}
 
 
 def call(url: str, key: str, path: str, body: dict | None, timeout: float) -> tuple[int, dict]:
@@ -55,12 +61,34 @@ def probe(url: str, key: str, timeout: float) -> dict:
     return reading
 
 
+def metrics(url: str, timeout: float) -> dict | None:
+    """The counters and gauges above, summed over their label sets, from Prometheus text."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=timeout) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    found: dict[str, float] = {}
+    for line in text.splitlines():
+        name, value = line.partition("{")[0].partition(" ")[0], line.rsplit(" ", 1)[-1]
+        wanted = COUNTERS.get(name) or GAUGES.get(name)
+        if wanted:
+            try:
+                found[wanted] = found.get(wanted, 0) + float(value)
+            except ValueError:
+                continue
+    spec = {key: int(found[key]) for key in COUNTERS.values() if key in found}
+    return {"spec": spec if len(spec) == len(COUNTERS) else None,
+            **{key: int(found[key]) if key in found else None for key in GAUGES.values()}}
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:8888")
     parser.add_argument("--key-file", type=Path, required=True)
     parser.add_argument("--wait", type=float, default=0, help="keep trying this many seconds")
     parser.add_argument("--timeout", type=float, default=30, help="seconds for each request")
+    parser.add_argument("--metrics", action="store_true", help="also read /metrics")
     args = parser.parse_args()
     key = args.key_file.read_text().strip()
     started = time.monotonic()
@@ -70,6 +98,8 @@ def main() -> None:
             break
         time.sleep(2)
     reading["seconds"] = round(time.monotonic() - started, 1)
+    if args.metrics:
+        reading["metrics"] = metrics(args.url.rstrip("/"), args.timeout)
     print(json.dumps(reading))
     sys.exit(0 if reading["ok"] else 1)
 

@@ -20,6 +20,7 @@ Every status endpoint listens on the node's own fabric address only and carries 
     watchdog.py wait-for-worker --worker-ip WORKER_RAIL_IP --port P --timeout S
     watchdog.py backoff --state FILE            (waits before a start when the last ones never served)
     watchdog.py check --ip RAIL_IP --port P     (Docker's health check: is this side serving?)
+    watchdog.py status --ip RAIL_IP --port P --state FILE   (one JSON line, for `tasks/status.py`)
 """
 
 from __future__ import annotations
@@ -222,6 +223,15 @@ def check(args) -> None:
     sys.exit(0 if mine and mine["state"] in ("serving", "joined") else 1)
 
 
+def status(args) -> None:
+    """This side's live state (None when no watchdog answers) and its backoff record."""
+    try:
+        starts = json.loads(Path(args.state).read_text())
+    except (OSError, ValueError):
+        starts = None
+    print(json.dumps({"live": peer_status(args.ip, args.port), "starts": starts}))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -250,8 +260,13 @@ def main() -> None:
     c = commands.add_parser("check")
     c.add_argument("--ip", required=True)
     c.add_argument("--port", type=int, required=True)
+    s = commands.add_parser("status")
+    s.add_argument("--ip", required=True)
+    s.add_argument("--port", type=int, required=True)
+    s.add_argument("--state", required=True)
     args = parser.parse_args()
-    {"head": head, "worker": worker, "wait-for-worker": wait_for_worker, "backoff": backoff, "check": check}[args.command](args)
+    {"head": head, "worker": worker, "wait-for-worker": wait_for_worker, "backoff": backoff, "check": check,
+     "status": status}[args.command](args)
 
 
 if __name__ == "__main__":

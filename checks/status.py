@@ -1,0 +1,158 @@
+"""Rules for `tasks/status.py`: the serving pair at a glance. Each bad row names the fix; the
+side that fails shows the last lines of its log."""
+
+from __future__ import annotations
+
+from datetime import datetime
+
+from checks import FAIL, PASS, WARN, Check
+from checks.fabric import link_check, roce_check
+from checks.node import NVML_FIXES
+
+LOGS = "docker logs --tail 100 dual-spark-vllm"
+HEALS = "the watchdogs restart the pair on their own (worker first); if it persists, run the deploy"
+
+
+def status_checks(name: str, data, mine: dict, peer_name: str, peer: dict | None) -> list[Check]:
+    """One node's rows; ``peer`` is the other node's reading (None when it does not answer)."""
+    head, worker = (mine, peer) if data.role == "head" else (peer, mine)
+    checks = [container_row(name, mine), watchdog_row(name, data.role, mine, head, worker)]
+    if data.role == "head":
+        checks += api_rows(name, mine, worker, peer_name, data.profiles[mine_profile(mine, data)])
+    checks.append(memory_row(name, mine["memory"]))
+    configured = {rail["netdev"] for rail in data.rails}
+    rdma = mine["rdma"]["devices"]
+    for index, rail in enumerate(data.rails):
+        label = f"rail {index} {rail['netdev']}"
+        link = mine["links"]["links"].get(rail["netdev"])
+        if link is None:
+            checks.append(Check(name, f"{label} link", FAIL, "no such netdev", "set the rail's netdev in site.toml (ip -br link)"))
+            continue
+        checks += [link_check(name, label, data, rail, link, rdma, configured), roce_check(name, index, rail["netdev"], rail, rdma)]
+    return checks
+
+
+def mine_profile(reading: dict, data) -> str:
+    """The profile the container runs (its label), else the configured one."""
+    running = (reading["container"] or {}).get("profile")
+    return running if running in data.profiles else data.profile
+
+
+def uptime(since: str, now: str | None) -> str:
+    """'3h 12m' between two of Docker's RFC 3339 times (nanoseconds and all)."""
+    def parse(text: str) -> datetime:
+        return datetime.fromisoformat(text[:19] + "+00:00")
+
+    try:
+        seconds = int((parse(now) - parse(since)).total_seconds()) if now else None
+    except ValueError:
+        seconds = None
+    if seconds is None or seconds < 0:
+        return f"since {since[:19]}Z"
+    days, rest = divmod(seconds, 86400)
+    hours, rest = divmod(rest, 3600)
+    minutes, seconds = divmod(rest, 60)
+    parts = [f"{days}d"] * bool(days) + [f"{hours}h"] * bool(hours or days) + [f"{minutes}m"] * bool(minutes or hours or days)
+    return "up " + " ".join(parts or [f"{seconds}s"])
+
+
+def container_row(name: str, reading: dict) -> Check:
+    container = reading["container"]
+    if container is None:
+        return Check(name, "vLLM container", FAIL, "none", "run the deploy: it starts the worker, then the head")
+    restarts = f"{container['restarts']} restart{'s' * (container['restarts'] != 1)}"
+    what = f"image {container['image'][:19]}, profile {container['profile']}, {restarts}"
+    if container["status"] != "running":
+        remedy = HEALS if container["status"] == "restarting" else \
+            "it was stopped, so Docker leaves it (it restarts only what failed): run the deploy, which starts worker then head"
+        return Check(name, "vLLM container", FAIL, f"{container['status']} (exit code {container['exit_code']}, "
+                     f"at {container['finished'][:19]}Z), {what}", f"`{LOGS}` on {name}; {remedy}", tuple(reading["log"]))
+    health = container["health"] or "no health check"
+    detail = f"running, {uptime(container['started'], reading['now'])}, {health}, {what}"
+    if health == "unhealthy":
+        return Check(name, "vLLM container", FAIL, detail, f"`{LOGS}` on {name}; " + HEALS, tuple(reading["log"]))
+    joined = (reading["watchdog"]["live"] or {}).get("state") in ("serving", "joined")
+    return Check(name, "vLLM container", WARN if health == "starting" and not joined else PASS, detail)
+
+
+def watchdog_row(name: str, role: str, reading: dict, head: dict | None, worker: dict | None) -> Check:
+    live, starts = reading["watchdog"]["live"], reading["watchdog"]["starts"] or {}
+    log = tuple(reading["log"])
+    failed = starts.get("failed_starts", 0)
+    if failed and not (live and live["state"] in ("serving", "joined")):
+        return Check(name, "watchdog", FAIL, f"this side failed to come up {failed} time(s) in a row; it now waits "
+                     "longer before each start (10 s, doubling, at most 5 min)", f"its log below says why; `{LOGS}` on {name}", log)
+    if live is None:
+        down = reading["container"] is None or reading["container"]["status"] != "running"
+        return Check(name, "watchdog", FAIL if down else WARN, "no answer on the fabric" + (" (the container is down)" * down),
+                     "see the vLLM container row" if down else f"the container may be starting; `{LOGS}` on {name}")
+    if role == "head":
+        detail = f"session {live['session'][:8]}, {live['state']}"
+        if live["state"] == "serving":
+            return Check(name, "watchdog", PASS, detail)
+        if live["state"] == "failing":
+            return Check(name, "watchdog", FAIL, detail + ": its last token probe failed; a second failure restarts the head",
+                         "see the worker's rows: the head fails when the worker is gone", log)
+        return Check(name, "watchdog", WARN, detail + ": vLLM is starting (or waits for a fresh worker)",
+                     "wait for the first token; the API row says when it serves")
+    head_live = (head or {}).get("watchdog", {}).get("live")
+    if live["state"] != "joined":
+        return Check(name, "watchdog", WARN, f"{live['state']}: not yet part of a head session",
+                     "it joins when the head starts vLLM; see the head's rows")
+    if head_live and head_live["session"] != live["joined"]:
+        return Check(name, "watchdog", FAIL, f"joined session {live['joined'][:8]}, but the head runs {head_live['session'][:8]}",
+                     "this worker ends itself within seconds and rejoins; " + HEALS, log)
+    return Check(name, "watchdog", PASS, f"joined the head's session {live['joined'][:8]}"
+                 + ("" if head_live else " (the head's watchdog was not read)"))
+
+
+def api_rows(name: str, head: dict, worker: dict | None, worker_name: str, profile: dict) -> list[Check]:
+    api = head["api"] or {"ok": False, "error": "no probe ran", "metrics": None}
+    metrics = api.get("metrics") or {}
+    if api["ok"]:
+        load = f", {metrics['running']} running / {metrics['waiting']} waiting" if metrics.get("running") is not None else ""
+        checks = [Check(name, "API", PASS, f"generates tokens as {api['model']}, max model len {api['max_model_len']}{load}")]
+    else:
+        checks = [Check(name, "API", FAIL, api.get("error") or "no token generated", failing_side(head, worker, worker_name))]
+    spec = metrics.get("spec")
+    if not profile["speculative_tokens"]:
+        checks.append(Check(name, "speculative decoding", PASS, "off in this profile"))
+    elif spec is None:
+        checks.append(Check(name, "speculative decoding", WARN, "no counters in /metrics",
+                            "the API does not answer /metrics yet; see the API row"))
+    elif not spec["drafts"]:
+        checks.append(Check(name, "speculative decoding", PASS, "no drafts since the start (no requests yet)"))
+    else:
+        rate = spec["accepted"] / spec["draft_tokens"] if spec["draft_tokens"] else 0.0
+        checks.append(Check(name, "speculative decoding", PASS,
+                            f"{rate:.0%} of draft tokens accepted since the start ({spec['accepted']:,} of {spec['draft_tokens']:,}), "
+                            f"mean acceptance length {1 + spec['accepted'] / spec['drafts']:.2f}"))
+    return checks
+
+
+def failing_side(head: dict, worker: dict | None, worker_name: str) -> str:
+    """Which side to look at when the head generates nothing."""
+    def down(reading: dict | None) -> bool:
+        return reading is None or reading["container"] is None or reading["container"]["status"] != "running"
+
+    if worker is None:
+        return f"{worker_name} does not answer over SSH: power it on; " + HEALS
+    if down(worker):
+        return f"the worker's container is down: see {worker_name}'s rows"
+    if down(head):
+        return "the head's container is down: see its rows"
+    live = head["watchdog"]["live"] or {}
+    if live.get("state") == "waiting":
+        return (f"the pair is starting (the head's container {uptime(head['container']['started'], head['now'])}): "
+                "it serves once vLLM has loaded; run the status again in a minute")
+    return f"both containers run: `{LOGS}` on both nodes says why; " + HEALS
+
+
+def memory_row(name: str, memory: dict) -> Check:
+    state = memory["nvidia_smi"]
+    if state not in ("ok", "absent"):
+        fix = next((text for key, text in NVML_FIXES.items() if key in state), "run `nvidia-smi` on the node")
+        return Check(name, "GPU memory", FAIL, f"nvidia-smi: {state}", fix)
+    used = memory["total_gib"] - memory["available_gib"]
+    source = memory["source"] + (f", {', '.join(memory['gpus'])}" if memory["gpus"] else "")
+    return Check(name, "GPU memory", PASS, f"{used:.1f} of {memory['total_gib']} GiB in use ({source})")

@@ -1,0 +1,100 @@
+"""A serving node at a glance, in one round trip: its vLLM container, its watchdog, the last
+lines of its log, memory, the links and RDMA ports, and on the head the API's one-token probe with vLLM's
+metrics. The slow parts (the probe, Docker, nvidia-smi, Python) run at the same time."""
+
+from __future__ import annotations
+
+import json
+from typing import TypedDict
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+
+from facts.combine import combined, split
+from facts.fabric import Links, NetLinks, Rdma, RdmaDevices
+from facts.gpu import GpuMemory, Memory
+from facts.serving import CONTAINER, Container, container_command, container_reading
+from facts.verify import api_reading
+
+
+class Watchdog(TypedDict):
+    live: dict | None
+    starts: dict | None
+    unreadable: list[str]
+
+
+class Status(TypedDict):
+    now: str | None
+    container: Container | None
+    watchdog: Watchdog
+    log: list[str]
+    memory: Memory
+    links: Links
+    rdma: Rdma
+    api: dict | None
+    unreadable: list[str]
+
+
+class ServingStatus(FactBase[Status]):
+    """
+    ``now`` is the node's clock (UTC), against which the container's start reads as an uptime;
+    ``watchdog`` what `watchdog.py status` printed: the live state on the fabric (None when none
+    answers) and the backoff record; ``log`` the container's last ``log_lines`` lines; ``api``
+    (on the head, where ``api`` names the health script, URL and key file) the probe's reading
+    with ``metrics``.
+
+    .. code:: python
+
+        {"now": "2026-11-29T21:40:02Z", "container": {...ServingState's...},
+         "watchdog": {"live": {"role": "head", "session": "9f2c...", "state": "serving", "joined": None},
+                      "starts": {"failed_starts": 0, "healthy": True}, "unreadable": []},
+         "log": ["(APIServer pid=1) INFO ..."], "memory": {...GpuMemory...}, "links": {...NetLinks...},
+         "rdma": {...RdmaDevices...}, "api": {"ok": True, "model": "tiny", "max_model_len": 512, "metrics": {"spec": {"drafts": 40, ...}, ...}, ...},
+         "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Status:
+        return {"now": None, "container": None, "watchdog": {"live": None, "starts": None, "unreadable": []}, "log": [],
+                "memory": GpuMemory.default(), "links": NetLinks.default(),
+                "rdma": RdmaDevices.default(), "api": None, "unreadable": []}
+
+    def command(self, watchdog: str, rail_ip: str, port: int, state_file: str, log_lines: int,
+                api: dict | None = None) -> StringCommand:
+        background = {
+            "container": container_command(),
+            "watchdog": StringCommand("python3", QuoteString(watchdog), "status", "--ip", rail_ip, "--port", str(port),
+                                      "--state", QuoteString(state_file), "2>&1"),
+            "log": StringCommand("docker", "logs", "--tail", str(log_lines), CONTAINER, "2>&1", "|", "tail", "-n", str(log_lines)),
+            "memory": GpuMemory().command(),
+        }
+        if api:
+            background["api"] = StringCommand("python3", QuoteString(api["health"]), "--url", QuoteString(api["url"]),
+                                              "--key-file", QuoteString(api["key_file"]), "--timeout", "10", "--metrics",
+                                              "2>/dev/null")
+        return combined({"now": StringCommand("date", "-u", "+%Y-%m-%dT%H:%M:%SZ"), "links": NetLinks().command(),
+                         "rdma": RdmaDevices().command()}, background)
+
+    def process(self, output: list[str]) -> Status:
+        sections = split(output)
+        container, unreadable = container_reading(sections.get("container", []))
+        now = [line.strip() for line in sections.get("now", []) if line.strip()]
+        return {
+            "now": now[-1] if now else None,
+            "container": container,
+            "watchdog": watchdog_reading(sections.get("watchdog", [])),
+            "log": [line for line in sections.get("log", []) if line.strip()] if container else [],
+            "memory": GpuMemory().process(sections.get("memory", [])),
+            "links": NetLinks().process(sections.get("links", [])),
+            "rdma": RdmaDevices().process(sections.get("rdma", [])),
+            "api": api_reading(sections.get("api")),
+            "unreadable": sections[""] + unreadable,
+        }
+
+
+def watchdog_reading(lines: list[str]) -> Watchdog:
+    found = [line for line in lines if line.strip()]
+    try:
+        value = json.loads(found[-1])
+        return {"live": value["live"], "starts": value["starts"], "unreadable": []}
+    except (ValueError, IndexError, KeyError, TypeError):
+        return {"live": None, "starts": None, "unreadable": found}

@@ -1,0 +1,47 @@
+"""Status: the serving pair at a glance, read from both nodes at once; changes nothing."""
+
+from __future__ import annotations
+
+from pyinfra import inventory
+from pyinfra.api import operation
+
+from checks.status import status_checks
+from facts.status import ServingStatus
+from operations.runtime import paths
+from operations.serving import api_key_file
+from operations.verify import all_checks, answers, report, reports_here
+
+LOG_LINES = 12
+
+
+def read_status(node) -> dict | None:
+    """One node's ServingStatus, or None when it does not answer over SSH."""
+    if not answers(node):
+        return None
+    data = node.data
+    where = paths(data.state_dir, data.model_dir)
+    api = ({"health": where["health"], "url": f"http://{data.api_host}:{data.api_port}", "key_file": api_key_file(data.state_dir)}
+           if data.role == "head" else None)
+    return node.get_fact(ServingStatus, watchdog=where["watchdog"], rail_ip=data.rails[0]["address"], port=data.watchdog_port,
+                         state_file=f"{where['serving']}/{data.role}-starts", log_lines=LOG_LINES, api=api)
+
+
+@operation()
+def status(node_names: list[str]):
+    """
+    Print one table of the serving pair: per node its vLLM container (state, uptime, restarts,
+    image, profile), its watchdog, memory and rails; the head's API (a generated token, the
+    served model, its max model len) and speculative-decoding acceptance since the start.
+    A failing side shows the last lines of its log; any FAIL fails the run. Changes nothing.
+
+    + node_names: the inventory names of both nodes
+
+    **Example:**
+
+    .. code:: python
+
+        status(node_names=["spark-head", "spark-worker"])
+    """
+    if reports_here():
+        nodes = [inventory.get_host(name) for name in node_names]
+        yield from report(all_checks(nodes, read_status, status_checks), "status", "the pair serves")

@@ -1,0 +1,106 @@
+"""The status rules as pure functions of ServingStatus readings: which side a failure names, what
+the uptime and acceptance rows say, and that a failing side brings its log lines."""
+
+from types import SimpleNamespace
+
+from checks import FAIL, PASS, WARN
+from checks.status import status_checks, uptime
+from checks.table import render
+from tests.test_checks import PEER_RAILS, RAILS, healthy, ok
+
+PROFILES = {"adaptive": {"speculative_tokens": 3}, "fast": {"speculative_tokens": 0}}
+HEAD = SimpleNamespace(role="head", rails=RAILS, peer_rails=PEER_RAILS, fabric_mtu=9000, expected_link_speed_mbps=200000,
+                       profile="adaptive", profiles=PROFILES)
+WORKER = SimpleNamespace(**{**vars(HEAD), "role": "worker"})
+SESSION = "9f2c41d0" + "0" * 24
+LOG = ["RuntimeError: NCCL error: unhandled system error", "Engine core initialization failed."]
+
+
+def reading(role: str, state: str = "running", health: str = "healthy", live: dict | None = None, **changes) -> dict:
+    base = healthy()
+    live = live if live is not None else (
+        {"role": "head", "session": SESSION, "state": "serving", "joined": None} if role == "head" else
+        {"role": "worker", "session": "77" * 16, "state": "joined", "joined": SESSION})
+    value = {
+        "now": "2026-11-29T23:15:10Z",
+        "container": {"id": "4f1c", "status": state, "started": "2026-11-29T20:01:02.512873Z", "restarts": 2, "stack": "9d2e",
+                      "profile": "adaptive", "image": "sha256:" + "5e" * 32, "health": health if state == "running" else "",
+                      "exit_code": 0 if state == "running" else 137, "finished": "2026-11-29T23:14:58.1Z"},
+        "watchdog": ok(live=live, starts={"failed_starts": 0, "healthy": True}),
+        "log": LOG, "memory": base["memory"], "links": base["links"], "rdma": base["rdma"], "unreadable": [],
+        "api": ({"ok": True, "model": "tiny", "max_model_len": 512, "error": None,
+                 "metrics": {"spec": {"drafts": 400, "draft_tokens": 1200, "accepted": 750}, "running": 1, "waiting": 0}}
+                if role == "head" else None),
+    }
+    return {**value, **changes}
+
+
+def rows(head: dict, worker: dict | None) -> dict:
+    checks = status_checks("spark-head", HEAD, head, "spark-worker", worker)
+    if worker is not None:
+        checks += status_checks("spark-worker", WORKER, worker, "spark-head", head)
+    return {(c.node, c.item): c for c in checks}
+
+
+def test_a_serving_pair_passes_with_uptime_acceptance_and_load():
+    found = rows(reading("head"), reading("worker"))
+    assert all(check.status == PASS for check in found.values()), render(list(found.values()))
+    container = found["spark-head", "vLLM container"].detail
+    assert "up 3h 14m" in container and "2 restarts" in container and "profile adaptive" in container
+    assert "sha256:5e5e5e5e5e5e" in container
+    assert found["spark-head", "speculative decoding"].detail.startswith("62% of draft tokens accepted")
+    assert "mean acceptance length 2.88" in found["spark-head", "speculative decoding"].detail
+    assert found["spark-head", "API"].detail == "generates tokens as tiny, max model len 512, 1 running / 0 waiting"
+    assert found["spark-worker", "watchdog"].detail == "joined the head's session 9f2c41d0"
+    assert ("spark-worker", "API") not in found
+    assert found["spark-worker", "rail 1 enP2p1s0f0np0 link"].status == PASS
+
+
+def test_a_dead_worker_is_named_as_the_failing_side_with_its_log():
+    worker = reading("worker", state="restarting", watchdog=ok(live=None, starts={"failed_starts": 3, "healthy": False}))
+    head = reading("head", api={"ok": False, "model": None, "max_model_len": None, "error": "generating one token failed with 500",
+                                "metrics": None},
+                   watchdog=ok(live={"role": "head", "session": SESSION, "state": "failing", "joined": None}, starts=None))
+    found = rows(head, worker)
+    assert found["spark-head", "API"].status == FAIL
+    assert found["spark-head", "API"].fix == "the worker's container is down: see spark-worker's rows"
+    assert "the watchdogs restart the pair on their own" in found["spark-worker", "vLLM container"].fix
+    dead = found["spark-worker", "vLLM container"]
+    assert dead.status == FAIL and "restarting (exit code 137" in dead.detail and dead.lines == tuple(LOG)
+    assert found["spark-worker", "watchdog"].status == FAIL and "3 time(s) in a row" in found["spark-worker", "watchdog"].detail
+    assert found["spark-head", "watchdog"].status == FAIL
+    text = render(list(found.values()), "status")
+    assert "| RuntimeError: NCCL error" in text and "status: " in text
+
+
+def test_a_stopped_container_is_left_by_docker_and_the_fix_says_deploy():
+    worker = reading("worker", state="exited", watchdog=ok(live=None, starts=None))
+    check = rows(reading("head"), worker)["spark-worker", "vLLM container"]
+    assert check.status == FAIL and "run the deploy, which starts worker then head" in check.fix
+
+
+def test_a_worker_left_in_an_old_session_fails_until_it_rejoins():
+    worker = reading("worker", live={"role": "worker", "session": "77" * 16, "state": "joined", "joined": "0ld5e55" + "0" * 25})
+    check = rows(reading("head"), worker)["spark-worker", "watchdog"]
+    assert check.status == FAIL and "but the head runs 9f2c41d0" in check.detail
+
+
+def test_a_starting_pair_warns_and_an_unanswering_worker_is_said():
+    head = reading("head", health="starting", live={"role": "head", "session": SESSION, "state": "waiting", "joined": None},
+                   api={"ok": False, "model": None, "max_model_len": None, "error": "no answer at http://127.0.0.1:8888", "metrics": None})
+    found = rows(head, None)
+    assert found["spark-head", "vLLM container"].status == WARN and found["spark-head", "watchdog"].status == WARN
+    assert "spark-worker does not answer over SSH" in found["spark-head", "API"].fix
+    assert found["spark-head", "speculative decoding"].status == WARN
+
+
+def test_a_profile_without_speculation_says_so():
+    head = reading("head")
+    head["container"]["profile"] = "fast"
+    assert rows(head, reading("worker"))["spark-head", "speculative decoding"].detail == "off in this profile"
+
+
+def test_uptime_reads_dockers_times():
+    assert uptime("2026-11-29T20:01:02.512873Z", "2026-11-29T20:01:40Z") == "up 38s"
+    assert uptime("2026-11-27T20:01:02Z", "2026-11-29T21:03:02Z") == "up 2d 1h 2m"
+    assert uptime("2026-11-29T20:01:02Z", None) == "since 2026-11-29T20:01:02Z"
