@@ -5,6 +5,7 @@ test modules are numbered in the order they build on each other's state."""
 import os
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -36,3 +37,19 @@ def lab():
         lab.up()
         yield lab
         lab.down()
+
+
+def serving_after(timeout: float = 600) -> float:
+    """Seconds until the head's API generates a token again (the watchdogs heal the pair after a
+    fault); fails the test past ``timeout``."""
+    from lab.config import HEAD
+    from lab.processes import in_node
+
+    started = time.monotonic()
+    while time.monotonic() - started < timeout:
+        probe = in_node(HEAD.dir, "python3", "/var/lib/dual-spark/bin/health.py", "--key-file", "/var/lib/dual-spark/api-key",
+                        "--timeout", "20", capture_output=True, check=False)
+        if probe.returncode == 0:
+            return time.monotonic() - started
+        time.sleep(2)
+    raise AssertionError(f"the pair does not serve {timeout:.0f} s later")

@@ -15,7 +15,7 @@ import pytest
 
 from lab import faults, image, nodes
 from lab.config import HEAD, LAB_DIR, NODES, WORKER
-from tests.e2e.conftest import LAB_ENV, PYINFRA, REPO, pyinfra
+from tests.e2e.conftest import LAB_ENV, PYINFRA, REPO, pyinfra, serving_after
 
 pytestmark = pytest.mark.end_to_end
 
@@ -209,6 +209,7 @@ def test_a_worker_that_does_not_answer_is_a_fail_row_not_a_traceback(lab):
         assert "needs both nodes and is left for the next run" in result.stdout
     finally:
         nodes.boot(WORKER)
+    serving_after()
     result = converge()
     assert result.returncode == 0 and re.search(r"readiness: (\d+) of \1 checks pass", result.stdout), result.stdout
 
@@ -231,7 +232,9 @@ def test_worker_crash_during_a_run_fails_clearly_and_a_rerun_converges(lab):
     assert re.search(r"\[spark-worker\].*(Error|error|Disconnected|failed)|Host\(spark-worker\).*failed with EOFError", text), text
 
     nodes.boot(WORKER)
+    result = converge()  # the netplan change is reverted wherever the run stopped
+    assert "mtu: 9000" in node_file(WORKER, "/etc/netplan/40-dual-spark.yaml")
+    serving_after()  # the watchdogs bring the pair back
     result = converge()
     assert result.returncode == 0, result.stdout
     assert re.search(r"readiness: (\d+) of \1 checks pass", result.stdout)
-    assert "mtu: 9000" in node_file(WORKER, "/etc/netplan/40-dual-spark.yaml")

@@ -95,8 +95,8 @@ def test_a_dry_profile_switch_shows_the_diff_and_restarts_nothing(serving):
     result = run("--dry", "--data", "profile=fast", task="tasks/profile.py")
     assert result.returncode == 0, result.stdout
     assert "Will modify /etc/dual-spark/launch.sh" in result.stdout and "Will modify /etc/dual-spark/compose.yaml" in result.stdout
-    assert "-  --max-num-seqs 4" in result.stdout and "+  --max-num-seqs 1" in result.stdout
-    assert "+      dual-spark.profile: fast" in result.stdout
+    assert re.search(r"^\s*-\s+--max-num-seqs 4 ", result.stdout, re.M) and re.search(r"^\s*\+\s+--max-num-seqs 1 ", result.stdout, re.M)
+    assert re.search(r"^\s*\+\s+dual-spark.profile: fast\s*$", result.stdout, re.M), result.stdout
     assert {node.role: container(node) for node in (HEAD, WORKER)} == before
 
 
