@@ -21,7 +21,8 @@ MODEL_KEYS = {"repo": str, "revision": str, "path": str, "served_name": str, "to
 IMAGE_KEYS = {"ref": str, "build": str, "kv_cache_dtypes": list, "python": str, "vllm": str, "env": dict}
 PROFILE_KEYS = {"image": str, "kv_cache_dtype": str, "max_model_len": int, "max_num_seqs": int,
                 "max_num_batched_tokens": int, "gpu_memory_utilization": float, "speculative_tokens": int,
-                "thinking": bool, "prefix_caching": bool, "flashinfer_autotune": bool, "privileged": bool, "env": dict}
+                "thinking": bool, "prefix_caching": bool, "flashinfer_autotune": bool, "privileged": bool,
+                "agent_compact_tokens": int, "env": dict}
 
 
 def model_source(model: dict) -> dict:
@@ -160,7 +161,7 @@ def _profile(name: str, spec, images: dict, typed, error) -> None:
         error(f"{where}.kv_cache_dtype", spec["kv_cache_dtype"],
               f"image {spec['image']} is not built for it (it takes {', '.join(image.get('kv_cache_dtypes', []))})"
               + (f"; use image {' or '.join(built_for)}" if built_for else ""))
-    for key in ("max_model_len", "max_num_seqs", "max_num_batched_tokens"):
+    for key in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "agent_compact_tokens"):
         if spec[key] < 1:
             error(f"{where}.{key}", spec[key], "use a positive number")
     if not 0 < spec["gpu_memory_utilization"] <= 1:

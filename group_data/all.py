@@ -15,6 +15,7 @@ watchdog_port = 25001  # each side's watchdog status, on its own fabric address
 block_size = 256
 speculative_method = "dspark"
 speculative_options = {}  # more keys of --speculative-config, e.g. {"prompt_lookup_max": 3}
+generation_config = {"temperature": 0.0, "top_p": 1.0}  # request defaults (--override-generation-config): greedy
 vllm_extra_args = []  # more `vllm serve` flags, on both nodes
 serving_ready_timeout = 1800  # seconds the deploy waits for the first generated token
 serving_env = {

@@ -5,7 +5,8 @@ Everything that differs from a Spark is a setting here, never a branch in the pr
 and no InfiniBand devices for the containers, the memlock and open-files ceilings this machine
 allows, the CPU vLLM environment mounted into the containers, the tiny model already on the
 head's disk, a runtime image built from the lab's Debian root file system, and CPU values for
-each published profile (same names, same number of sequences, a 512-token context)."""
+each published profile (same names, same number of sequences, the tiny model's 4096-token
+context: room for a Codex prompt)."""
 
 from __future__ import annotations
 
@@ -54,13 +55,15 @@ def render(runtime_context: Path, shared: list[str]) -> str:
         "vllm_extra_args": ["--enforce-eager"],
         "speculative_method": "ngram",
         "speculative_options": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},
+        # Random weights seldom end an answer: a request that names no length gets 256 tokens.
+        "generation_config": {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 256},
         "serving_ready_timeout": 300,
     })
     lines += table("model", {"path": LAB_MODEL, "served_name": "tiny", "tokenizer_mode": "auto",
                              "tool_call_parser": "", "reasoning_parser": ""})
     lines += table("image.lab-cpu", {"build": str(runtime_context), "kv_cache_dtypes": ["auto"], "python": "python3", "vllm": "vllm"})
     for name in PROFILES:
-        lines += table(f"profile.{name}", {"image": "lab-cpu", "kv_cache_dtype": "auto", "max_model_len": 512,
+        lines += table(f"profile.{name}", {"image": "lab-cpu", "kv_cache_dtype": "auto", "max_model_len": 4096,
                                            "gpu_memory_utilization": 0.2, "speculative_tokens": 3, "flashinfer_autotune": False})
     return "\n".join(lines)
 

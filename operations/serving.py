@@ -52,7 +52,7 @@ def vllm_args(settings: dict) -> list[str]:
     args += [
         "--default-chat-template-kwargs", json.dumps({"thinking": profile["thinking"]}, separators=(",", ":")),
         "--generation-config", "vllm",
-        "--override-generation-config", json.dumps({"temperature": 0.0, "top_p": 1.0}, separators=(",", ":")),
+        "--override-generation-config", json.dumps(settings["generation_config"], separators=(",", ":")),
     ]
     if profile["flashinfer_autotune"]:
         args.append("--enable-flashinfer-autotune")
@@ -77,6 +77,7 @@ def stack_settings(data) -> dict:
         "restarts_dir": where["serving"],
         "api_host": data.api_host, "api_port": data.api_port, "master_port": data.master_port, "block_size": data.block_size,
         "speculative_method": data.speculative_method, "speculative_options": data.speculative_options,
+        "generation_config": data.generation_config,
         "vllm_extra_args": data.vllm_extra_args, "serving_env": data.serving_env, "gpus": data.container_gpus,
         "devices": data.container_devices, "ulimits": data.container_ulimits, "mounts": data.container_mounts,
         "container_env": data.container_env, "model_dir": data.model_dir, "stack_dir": data.stack_dir,

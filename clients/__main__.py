@@ -1,0 +1,104 @@
+"""Write Codex CLI and Claude Code configurations for this machine, pointing at a local SSH
+tunnel to the head (its API listens on the head's loopback only). Reads on the head what it
+serves and the API key; checks that the Responses, chat and Messages endpoints answer; writes
+the files; prints the tunnel command. The key goes into a file only you can read, never to
+the screen.
+
+    python -m clients [--site site.toml] [--out ~/.dual-spark/clients] [--port 8888]
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+from contextlib import ExitStack
+from pathlib import Path
+
+import click
+import requests
+
+from bench.serving import through_site
+from clients import KEY_ENV, Served, claude_settings, codex_catalog, codex_config, compact_limit, tunnel_command
+from site_config import default_settings, load_site, site_path
+
+PROBES = {
+    "Responses API (Codex)": ("/v1/responses", lambda model: {"model": model, "input": "Say OK.", "max_output_tokens": 4}),
+    "chat completions": ("/v1/chat/completions",
+                         lambda model: {"model": model, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4}),
+    "Messages API (Claude Code)": ("/v1/messages",
+                                   lambda model: {"model": model, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4}),
+}
+
+
+def probe(url: str, key: str, model: str) -> list[str]:
+    """Each endpoint the clients use, one short generation; the failures, worded."""
+    failures = []
+    for name, (path, body) in PROBES.items():
+        answer = requests.post(url + path, json=body(model), timeout=300,
+                               headers={"Authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"})
+        click.echo(f"    {name}: {'answers' if answer.status_code == 200 else f'FAILED ({answer.status_code})'}")
+        if answer.status_code != 200:
+            failures.append(f"{path} answered {answer.status_code}: {answer.text[:200]}")
+    return failures
+
+
+def write(path: Path, text: str, mode: int = 0o644) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
+    with os.fdopen(descriptor, "w") as handle:
+        handle.write(text)
+    os.chmod(path, mode)
+
+
+@click.command()
+@click.option("--site", "site_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Site file (default: as inventory.py).")
+@click.option("--out", "out_dir", default="~/.dual-spark/clients", show_default=True, help="Where the files go.")
+@click.option("--port", "local_port", type=int, help="Local end of the tunnel (default: the API's port on the head).")
+@click.option("--accept-new-host-key", is_flag=True, help="Record the head's SSH host key if seen for the first time.")
+def main(site_file: Path | None, out_dir: str, local_port: int | None, accept_new_host_key: bool) -> None:
+    """Write client configurations for the Sparks' API."""
+    site_file = site_file or site_path()
+    site = load_site(site_file)
+    settings = {**default_settings(), **site.settings}
+    local_port = local_port or settings["api_port"]
+    out = Path(out_dir).expanduser().resolve()
+    with ExitStack() as stack:
+        url, key, identity = through_site(stack, site_file, accept_new_host_key)
+        models = requests.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)
+        if models.status_code != 200:
+            raise click.ClickException(f"the API answered {models.status_code}; run `pyinfra -y inventory.py tasks/status.py` to see why")
+        listed = models.json()["data"][0]
+        profile = site.serving["profiles"].get(identity["profile"])
+        if profile is None:
+            raise click.ClickException(f"the head runs profile {identity['profile']!r}, which this site file does not define")
+        click.echo("--> The endpoints the clients use:")
+        failures = probe(url, key, listed["id"])
+    if failures:
+        raise click.ClickException("; ".join(failures))
+
+    head = site.nodes["head"]
+    served = Served(listed["id"], listed["max_model_len"], compact_limit(profile["agent_compact_tokens"], listed["max_model_len"]),
+                    identity["profile"], head.hostname)
+    base_url = f"http://127.0.0.1:{local_port}"
+    tunnel = tunnel_command(local_port, settings["api_host"], settings["api_port"], site.deploy_user, head.ssh_host, site.ssh_port,
+                            str(Path(site.ssh_key).expanduser()) if site.ssh_key else None,
+                            str(Path(site.known_hosts).expanduser()) if site.known_hosts else None)
+    key_path, catalog = out / "api-key", out / "codex" / "model-catalog.json"
+    write(key_path, key + "\n", 0o600)
+    write(catalog, json.dumps(codex_catalog(served), indent=2) + "\n")
+    write(out / "codex" / "config.toml", codex_config(served, base_url, str(catalog), str(key_path), tunnel))
+    write(out / "claude" / "settings.json", json.dumps(claude_settings(served, base_url, str(key_path)), indent=2) + "\n")
+
+    click.echo(f"--> Wrote {out}: api-key (mode 600), codex/config.toml, codex/model-catalog.json, claude/settings.json")
+    click.echo(f"    {served.model}: context window {served.context_window:,} tokens, Codex compacts at {served.compact_tokens:,}")
+    click.echo("--> Keep the tunnel open while you work (the API listens on the head's loopback only):")
+    click.echo(f"    {tunnel}")
+    click.echo("--> Codex CLI:")
+    click.echo(f"    export {KEY_ENV}=\"$(cat {shlex.quote(str(key_path))})\"; CODEX_HOME={shlex.quote(str(out / 'codex'))} codex")
+    click.echo("--> Claude Code:")
+    click.echo(f"    claude --settings {shlex.quote(str(out / 'claude' / 'settings.json'))}")
+
+
+if __name__ == "__main__":
+    main()

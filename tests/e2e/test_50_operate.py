@@ -1,0 +1,245 @@
+"""Operating the serving pair on the lab, for real: `tasks/status.py` reads it at a glance; the
+clients command writes Codex and Claude Code configurations that work through the printed SSH
+tunnel (and the Codex CLI itself runs through it, when it installs from npm here); and the pair
+heals with no manual step after each fault the issue names, the time from fault to a served
+token measured and printed (README quotes them)."""
+
+import json
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+import tomllib
+from pathlib import Path
+
+import pytest
+import requests
+
+from lab import faults, nodes
+from lab.config import HEAD, LAB_DIR, WORKER
+from lab.processes import in_node
+from tests.e2e.conftest import REPO, SITE, pyinfra
+
+pytestmark = pytest.mark.end_to_end
+CODEX_VERSION = "0.171.0"
+CODEX_DIR = Path(f"/var/cache/sparklab/codex-{CODEX_VERSION}")
+MODEL_CONFIG = "/var/lib/dual-spark/model/config.json"
+HEALED: dict[str, float] = {}
+
+
+@pytest.fixture(scope="module")
+def serving(lab):
+    result = pyinfra("-y")
+    assert result.returncode == 0, result.stdout
+    yield
+    if HEALED:
+        lines = [f"  {fault:<34} {seconds:6.0f} s" for fault, seconds in HEALED.items()]
+        report = "\n".join(["fault -> first served token (lab, goal <= 180 s; the recipe's Sparks: ~9 min)", *lines])
+        (LAB_DIR / "recovery.json").write_text(json.dumps(HEALED, indent=2))
+        print("\n" + report, file=sys.__stdout__, flush=True)
+
+
+def generates() -> bool:
+    """One token through the head's API, asked on the head; False while anything is down."""
+    try:
+        return in_node(HEAD.dir, "python3", "/var/lib/dual-spark/bin/health.py", "--key-file", "/var/lib/dual-spark/api-key",
+                       "--timeout", "20", capture_output=True, check=False).returncode == 0
+    except (OSError, subprocess.SubprocessError):
+        return False
+
+
+def status() -> subprocess.CompletedProcess:
+    return pyinfra("-y", task="tasks/status.py")
+
+
+def test_status_reads_the_serving_pair_in_one_table(serving):
+    started = time.monotonic()
+    result = status()
+    took = time.monotonic() - started
+    assert result.returncode == 0, result.stdout
+    assert re.search(r"spark-head\s+vLLM container\s+PASS\s+running, up .*, image sha256:[0-9a-f]{12}, profile adaptive", result.stdout)
+    assert re.search(r"spark-worker\s+watchdog\s+PASS\s+joined the head's session [0-9a-f]{8}", result.stdout), result.stdout
+    assert re.search(r"spark-head\s+API\s+PASS\s+generates tokens as tiny, max model len 4096", result.stdout)
+    assert re.search(r"spark-head\s+speculative decoding\s+PASS", result.stdout)
+    assert re.search(r"status: (\d+) of \1 checks pass", result.stdout)
+    assert re.search(r"Status of the serving pair\s+2\s+-\s+-\s+2", result.stdout), result.stdout  # changed nothing
+    print(f"status took {took:.1f} s")
+
+
+@pytest.fixture(scope="module")
+def clients(serving, tmp_path_factory):
+    out = tmp_path_factory.mktemp("clients")
+    port = free_port()
+    result = subprocess.run([sys.executable, "-m", "clients", "--site", str(SITE), "--out", str(out), "--port", str(port)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out, port, result.stdout + result.stderr
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+@pytest.fixture(scope="module")
+def tunnel(clients):
+    """The tunnel command the clients command printed, run as printed."""
+    out, port, text = clients
+    [command] = [line.strip() for line in text.splitlines() if line.strip().startswith("ssh -N -L")]
+    process = subprocess.Popen(shlex.split(command), stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def test_client_files_parse_and_name_the_served_model(clients):
+    out, port, text = clients
+    config = tomllib.loads((out / "codex/config.toml").read_text())
+    provider = config["model_providers"][config["model_provider"]]
+    assert provider["wire_api"] == "responses" and provider["base_url"] == f"http://127.0.0.1:{port}/v1"
+    assert config["model"] == "tiny" and config["model_context_window"] == 4096
+    assert config["model_auto_compact_token_limit"] == 3686  # 90% of the lab's window, below the profile's 150,000
+    [entry] = json.loads(Path(config["model_catalog_json"]).read_text())["models"]
+    assert entry["slug"] == "tiny" and entry["context_window"] == 4096 and entry["auto_compact_token_limit"] == 3686
+    claude = json.loads((out / "claude/settings.json").read_text())
+    assert claude["env"]["ANTHROPIC_BASE_URL"] == f"http://127.0.0.1:{port}" and claude["env"]["ANTHROPIC_MODEL"] == "tiny"
+    key = (out / "api-key").read_text().strip()
+    assert oct((out / "api-key").stat().st_mode)[-3:] == "600"
+    assert subprocess.run(claude["apiKeyHelper"], shell=True, capture_output=True, text=True).stdout.strip() == key
+    assert key not in text and all(key not in p.read_text() for p in out.rglob("*") if p.is_file() and p.name != "api-key")
+
+
+def test_responses_chat_and_messages_answer_through_the_tunnel(clients, tunnel):
+    out, _, _ = clients
+    config = tomllib.loads((out / "codex/config.toml").read_text())
+    headers = {"Authorization": f"Bearer {(out / 'api-key').read_text().strip()}"}
+    base = config["model_providers"]["dual-spark"]["base_url"]
+    responses = requests.post(f"{base}/responses", headers=headers, timeout=120,
+                              json={"model": config["model"], "input": "spark fabric", "max_output_tokens": 8})
+    assert responses.status_code == 200 and responses.json()["status"] == "completed", responses.text
+    assert responses.json()["usage"]["output_tokens"] >= 1
+    chat = requests.post(f"{base}/chat/completions", headers=headers, timeout=120,
+                         json={"model": "tiny", "messages": [{"role": "user", "content": "spark"}], "max_tokens": 8})
+    assert chat.status_code == 200 and chat.json()["usage"]["completion_tokens"] == 8
+    messages = requests.post(f"{tunnel}/v1/messages", headers={**headers, "anthropic-version": "2023-06-01"}, timeout=120,
+                             json={"model": "tiny", "max_tokens": 8, "messages": [{"role": "user", "content": "spark"}]})
+    assert messages.status_code == 200 and messages.json()["usage"]["output_tokens"] >= 1
+    assert requests.post(f"{base}/responses", timeout=30, json={"model": "tiny", "input": "x"}).status_code == 401
+
+
+def codex_cli() -> Path:
+    """The Codex CLI from the npm registry, installed once into the lab's cache."""
+    binary = CODEX_DIR / "node_modules/.bin/codex"
+    if not binary.exists():
+        try:
+            result = subprocess.run(["npm", "install", "--prefix", str(CODEX_DIR), "--no-audit", "--no-fund", "--fetch-retries=0",
+                                     "--fetch-timeout=30000", f"@openai/codex@{CODEX_VERSION}"],
+                                    capture_output=True, text=True, timeout=600)
+        except FileNotFoundError:
+            pytest.skip("no npm on this machine: the Codex CLI run is left out")
+        if result.returncode != 0:
+            pytest.skip(f"the Codex CLI does not install from the npm registry here: {result.stderr.strip()[-300:]}")
+    return binary
+
+
+def test_the_codex_cli_runs_against_the_pair_through_the_tunnel(clients, tunnel, tmp_path):
+    binary = codex_cli()
+    out, _, _ = clients
+    env = {**os.environ, "CODEX_HOME": str(out / "codex"), "DUAL_SPARK_API_KEY": (out / "api-key").read_text().strip()}
+    before = int(head_log_count('"POST /v1/responses HTTP/1.1" 200'))
+    result = subprocess.run([str(binary), "exec", "--skip-git-repo-check", "Say hello."], cwd=tmp_path, env=env,
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout[-2000:] + result.stderr[-2000:]
+    assert "provider: dual-spark" in result.stdout + result.stderr and "model: tiny" in result.stdout + result.stderr
+    assert int(head_log_count('"POST /v1/responses HTTP/1.1" 200')) > before
+
+
+def head_log_count(text: str) -> int:
+    log = in_node(HEAD.dir, "docker", "logs", "dual-spark-vllm", capture_output=True, check=False)
+    return (log.stdout + log.stderr).count(text)
+
+
+def fault_and_heal(name: str, fault) -> None:
+    """Inject ``fault``; the pair must stop serving, then serve again with no one touching it."""
+    assert generates(), "the pair must serve before the fault"
+    started = time.monotonic()
+    fault()
+    deadline = started + 120
+    while generates():
+        assert time.monotonic() < deadline, f"{name}: the pair still serves two minutes after the fault"
+        time.sleep(1)
+    while not generates():
+        assert time.monotonic() - started < 900, f"{name}: the pair does not serve 15 minutes after the fault"
+        time.sleep(2)
+    HEALED[name] = round(time.monotonic() - started, 1)
+    print(f"{name}: serving again {HEALED[name]:.0f} s after the fault")
+
+
+def reboot(*which) -> None:
+    for node in which:
+        faults.crash(node)
+    for node in which:
+        nodes.boot(node)
+
+
+FAULTS = {
+    "worker vLLM killed": lambda: faults.kill(WORKER, "vllm serve"),
+    "head vLLM killed": lambda: faults.kill(HEAD, "vllm serve"),
+    "Docker restarted on the worker": lambda: faults.restart_docker(WORKER),
+    "Docker restarted on the head": lambda: faults.restart_docker(HEAD),
+    "worker stopped and started": lambda: reboot(WORKER),
+    "head stopped and started": lambda: reboot(HEAD),
+    "both stopped and started": lambda: reboot(HEAD, WORKER),
+}
+
+
+@pytest.mark.parametrize("name", FAULTS)
+def test_the_pair_heals_itself(serving, name):
+    fault_and_heal(name, FAULTS[name])
+
+
+def test_a_crash_looping_worker_backs_off_and_status_names_it(serving):
+    """A worker that cannot start (its model's config.json gone) waits longer before each start;
+    status fails its rows with the reason from its log; put right, the pair serves again."""
+    in_node(WORKER.dir, "mv", MODEL_CONFIG, MODEL_CONFIG + ".aside")
+    try:
+        faults.kill(WORKER, "vllm serve")
+        deadline = time.monotonic() + 300
+        while starts(WORKER).get("failed_starts", 0) < 2:
+            assert time.monotonic() < deadline, f"the worker never failed twice: {starts(WORKER)}"
+            time.sleep(3)
+        restarts = restart_count(WORKER)
+        time.sleep(15)
+        assert restart_count(WORKER) - restarts <= 1, "the worker restarts without waiting"
+        result = status()
+        assert result.returncode != 0
+        assert re.search(r"spark-worker\s+watchdog\s+FAIL\s+this side failed to come up [2-9] time\(s\) in a row", result.stdout), result.stdout
+        assert re.search(r"\|\s.*'config\.json'", result.stdout), result.stdout  # vLLM's reason, from the worker's log
+    finally:
+        in_node(WORKER.dir, "mv", MODEL_CONFIG + ".aside", MODEL_CONFIG)
+    started = time.monotonic()
+    while not generates():
+        assert time.monotonic() - started < 900, "the pair does not serve again once the worker can start"
+        time.sleep(2)
+    print(f"crash loop put right: serving again {time.monotonic() - started:.0f} s later")
+
+
+def starts(node) -> dict:
+    try:
+        return json.loads((node.root / f"var/lib/dual-spark/serving/{node.role}-starts").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def restart_count(node) -> int:
+    return int(in_node(node.dir, "docker", "inspect", "-f", "{{.RestartCount}}", "dual-spark-vllm", capture_output=True).stdout)

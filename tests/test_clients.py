@@ -1,0 +1,59 @@
+"""The client configurations as pure functions: they parse as their clients read them, name the
+served model and window, compact below the profile's fence, and never hold the key."""
+
+import json
+import shlex
+import tomllib
+
+from clients import Served, claude_settings, codex_catalog, codex_config, compact_limit, tunnel_command
+
+SERVED = Served("deepseek-v4-flash", 1048576, 110000, "long-c4", "spark-a")
+KEY_PATH = "/home/me/.dual-spark/clients/api-key"
+# The ModelInfo fields Codex requires in a catalog entry (codex-rs/protocol/src/openai_models.rs).
+REQUIRED = {"slug", "display_name", "supported_reasoning_levels", "shell_type", "visibility", "supported_in_api", "priority",
+            "base_instructions", "supports_reasoning_summaries", "support_verbosity", "truncation_policy",
+            "supports_parallel_tool_calls", "experimental_supported_tools"}
+
+
+def test_codex_config_points_at_the_tunnel_with_the_responses_api():
+    text = codex_config(SERVED, "http://127.0.0.1:8888", "/home/me/catalog.json", KEY_PATH, "ssh -N -L ...")
+    config = tomllib.loads(text)
+    assert config["model"] == "deepseek-v4-flash" and config["model_provider"] == "dual-spark"
+    assert config["model_context_window"] == 1048576 and config["model_auto_compact_token_limit"] == 110000
+    assert config["model_catalog_json"] == "/home/me/catalog.json"
+    assert config["model_providers"]["dual-spark"] == {
+        "name": "deepseek-v4-flash on two DGX Sparks (spark-a)", "base_url": "http://127.0.0.1:8888/v1",
+        "wire_api": "responses", "env_key": "DUAL_SPARK_API_KEY"}
+
+
+def test_a_path_with_quotes_stays_one_toml_string():
+    text = codex_config(SERVED, "http://127.0.0.1:8888", '/home/o"brien/catalog.json', KEY_PATH, "ssh")
+    assert tomllib.loads(text)["model_catalog_json"] == '/home/o"brien/catalog.json'
+
+
+def test_codex_catalog_entry_carries_the_window_and_every_required_field():
+    catalog = json.loads(json.dumps(codex_catalog(SERVED)))
+    [entry] = catalog["models"]
+    assert REQUIRED <= set(entry)
+    assert entry["slug"] == "deepseek-v4-flash" and entry["context_window"] == 1048576
+    assert entry["auto_compact_token_limit"] == 110000 and entry["base_instructions"]
+
+
+def test_compaction_stays_below_the_profile_fence_and_the_window():
+    assert compact_limit(150000, 1048576) == 150000
+    assert compact_limit(150000, 4096) == 3686
+
+
+def test_claude_settings_read_the_key_from_its_file():
+    settings = claude_settings(SERVED, "http://127.0.0.1:8888", KEY_PATH)
+    assert shlex.split(settings["apiKeyHelper"]) == ["cat", KEY_PATH]
+    assert settings["env"]["ANTHROPIC_BASE_URL"] == "http://127.0.0.1:8888"
+    assert {settings["env"][k] for k in ("ANTHROPIC_MODEL", "ANTHROPIC_DEFAULT_HAIKU_MODEL")} == {"deepseek-v4-flash"}
+
+
+def test_the_tunnel_command_carries_the_local_port_to_the_heads_loopback():
+    command = tunnel_command(8888, "127.0.0.1", 8888, "spark", "192.168.1.10", 22, None, None)
+    assert command == "ssh -N -L 127.0.0.1:8888:127.0.0.1:8888 spark@192.168.1.10"
+    odd = tunnel_command(18888, "127.0.0.1", 8888, "spark", "spark-a.lan", 2222, "/home/me/my key", "/home/me/kh")
+    assert shlex.split(odd) == ["ssh", "-N", "-L", "127.0.0.1:18888:127.0.0.1:8888", "-p", "2222", "-i", "/home/me/my key",
+                                "-o", "UserKnownHostsFile=/home/me/kh", "spark@spark-a.lan"]
