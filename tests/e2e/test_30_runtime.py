@@ -93,6 +93,20 @@ def test_an_image_already_on_the_worker_is_not_sent_again(converged):
     assert moved(result.stdout) is None
 
 
+def test_the_replication_benchmark_compares_with_rsync_and_moves_nothing_again(converged, tmp_path):
+    """bench.replicate on a small load (its figures for README come from the default 2 GiB)."""
+    result = subprocess.run([str(PYINFRA.parent / "python"), "-m", "bench.replicate", "--site", str(SITE), "--gib", "0.25",
+                             "--shard-mib", "64", "--out", str(tmp_path)], cwd=REPO, capture_output=True, text=True, timeout=900)
+    assert result.returncode == 0, result.stdout + result.stderr
+    [raw] = tmp_path.glob("replicate-*.json")
+    record = json.loads(raw.read_text())
+    assert record["bytes"] == 256 << 20 and record["model_sync"]["bytes_moved"] == record["bytes"]
+    assert set(record["model_sync"]["bytes_by_rail"]) == {"10.0.0.2", "10.0.1.2"}  # both rails carried shards
+    assert record["rerun_bytes_moved"] == 0 and record["speedup_vs_rsync_ssh"] > 0
+    assert re.search(r"speedup: [\d.]+x", result.stdout)
+    assert not in_node(WORKER.dir, "test", "-e", "/var/tmp/dual-spark-replicate", check=False).returncode == 0  # cleaned up
+
+
 @pytest.fixture(scope="module")
 def big_model(converged, tmp_path_factory):
     """The tiny model plus two 100 MiB shard files (real shards are ~3.5 GiB; vLLM ignores these),
