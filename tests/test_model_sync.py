@@ -148,3 +148,26 @@ def test_the_copy_mirrors_the_manifest(model, tmp_path):
 def test_no_manifest_is_a_clear_error(model, tmp_path):
     result = send(model, tmp_path / "worker", check=False)
     assert result.returncode == 1 and "no manifest at" in result.stderr and "hash the model first" in result.stderr
+
+
+def test_files_already_right_under_another_record_are_checked_not_sent(model, tmp_path):
+    """The worker holds every file, right, but its verified record names another model (the site
+    went back to a model it had before): each file is hashed there, nothing moves, the record is
+    written once every file is back in place."""
+    manifest(model)
+    dest = tmp_path / "worker"
+    send(model, dest)
+    state = dest / ".dual-spark-verified.json"
+    state.write_text(json.dumps({"digest": "0" * 64, "files": {}}))
+    again = send(model, dest)
+    assert again["bytes"] == 0 and same_tree(model, dest)
+    assert json.loads(state.read_text())["digest"] == json.loads((model.parent / "manifest.json").read_text())["digest"]
+
+
+def test_a_receiver_that_fails_is_said_not_taken_for_an_unanswering_rail(model, tmp_path):
+    manifest(model)
+    blocked = tmp_path / "a-file"
+    blocked.write_text("the remote directory cannot be made under a file")
+    result = send(model, blocked / "worker", check=False)
+    assert result.returncode == 1
+    assert "does not answer over SSH" not in result.stderr and "model_sync on the worker failed" in result.stderr, result.stderr

@@ -239,14 +239,14 @@ class Receiver:
                             "Fix: free space there, or set model_dir in site.toml to a disk with room.")
         for name, bad in self.pending.items():
             needed += [(name, index) for index in sorted(bad)]
-        for name in list(self.pending):
+        for name in self.pending:
             part = self.root / (name + PART)
             part.parent.mkdir(parents=True, exist_ok=True)
             fd = os.open(part, os.O_RDWR | os.O_CREAT, 0o644)
             os.ftruncate(fd, self.files[name]["size"])
             self.fds[name] = fd
-            if not self.pending[name]:
-                self._finish(name)
+        for name in [name for name, chunks in self.pending.items() if not chunks]:
+            self._finish(name)  # already right: the record is written once the last of them is back in place
         return needed
 
     def _remove_strays(self) -> list[str]:
@@ -395,7 +395,13 @@ def send(root: Path, manifest_path: Path, peers: list[str], local: list[str], re
         if reply:
             control, via = process, peer
             break
-        process.kill()
+        try:
+            code = process.wait(timeout=10)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            code = 255
+        if code != 255:  # ssh itself exits 255; anything else is the receiver's own exit
+            raise SyncError(f"model_sync on the worker failed at {peer.split('@')[-1]} (exit {code}); its error is above")
         warn(f"the worker does not answer over SSH at {peer.split('@')[-1]}; trying the next rail")
     if control is None:
         raise SyncError(f"the worker answers on no rail ({', '.join(p.split('@')[-1] for p in peers)}): "
