@@ -39,6 +39,15 @@ def lab():
         lab.down()
 
 
+@pytest.fixture(scope="module")
+def converged(lab):
+    """A full deploy run on the lab, once per module (each starts from the last one's state);
+    the run's output."""
+    result = pyinfra("-y")
+    assert result.returncode == 0, result.stdout
+    return result
+
+
 def serving_after(timeout: float = 600) -> float:
     """Seconds until the head's API generates a token again (the watchdogs heal the pair after a
     fault); fails the test past ``timeout``."""

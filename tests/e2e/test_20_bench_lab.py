@@ -13,23 +13,16 @@ import requests
 from bench.remote import LineStream, Target, connect, forward
 from bench.serving import TELEMETRY_QUERY, telemetry_rows
 from lab.config import DEPLOY_USER, LAB_DIR, NODES
-from tests.e2e.conftest import LAB_ENV, REPO, pyinfra
+from tests.e2e.conftest import LAB_ENV, REPO
 
 pytestmark = pytest.mark.end_to_end
-
-
-@pytest.fixture(scope="module")
-def converged_lab(lab):
-    result = pyinfra("-y")
-    assert result.returncode == 0, result.stdout
-    return lab
 
 
 def ssh(node):
     return connect(Target(DEPLOY_USER, node.address, 22, str(LAB_DIR / "id_ed25519")), str(LAB_DIR / "known_hosts"))
 
 
-def test_fabric_benchmark_measures_what_the_lab_has(converged_lab, tmp_path):
+def test_fabric_benchmark_measures_what_the_lab_has(converged, tmp_path):
     result = subprocess.run(
         [sys.executable, "-m", "bench.fabric", "--seconds", "1", "--out", str(tmp_path)], cwd=REPO,
         env=LAB_ENV, capture_output=True, text=True, timeout=300,
@@ -49,7 +42,7 @@ def test_fabric_benchmark_measures_what_the_lab_has(converged_lab, tmp_path):
     assert {"ping-rail0.txt", "iperf3-rail1-reverse.txt", "ib_write_bw-rail0.txt"} <= kept
 
 
-def test_telemetry_keeps_gb10_na_memory_as_none(converged_lab):
+def test_telemetry_keeps_gb10_na_memory_as_none(converged):
     with ssh(NODES["head"]) as client:
         stream = LineStream(client, f"nvidia-smi --query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits -l 1")
         time.sleep(3.5)
@@ -58,11 +51,12 @@ def test_telemetry_keeps_gb10_na_memory_as_none(converged_lab):
     assert all(row["name"] == "NVIDIA GB10" and row["memory.used"] is None and row["temperature.gpu"] == 42.0 for row in rows)
 
 
-def test_tunnel_reaches_an_api_on_the_heads_loopback(converged_lab):
+def test_tunnel_reaches_an_api_on_the_heads_loopback(converged):
+    """A server on the head's loopback (a port beside the served API's) is reached only through the tunnel."""
     with ssh(NODES["head"]) as client:
-        server = LineStream(client, "cd /etc/netplan && exec python3 -m http.server --bind 127.0.0.1 8888")
+        server = LineStream(client, "cd /etc/netplan && exec python3 -m http.server --bind 127.0.0.1 18888")
         try:
-            with forward(client, "127.0.0.1", 8888) as port:
+            with forward(client, "127.0.0.1", 18888) as port:
                 deadline = time.monotonic() + 20
                 while True:  # until the server is listening on the head's loopback
                     try:
@@ -72,7 +66,7 @@ def test_tunnel_reaches_an_api_on_the_heads_loopback(converged_lab):
                         assert time.monotonic() < deadline, "no answer through the tunnel in 20 s"
                         time.sleep(0.3)
             with pytest.raises(requests.ConnectionError):
-                requests.get(f"http://{NODES['head'].address}:8888/", timeout=2)
+                requests.get(f"http://{NODES['head'].address}:18888/", timeout=2)
         finally:
             server.stop()
     assert response.status_code == 200 and "40-dual-spark.yaml" in response.text

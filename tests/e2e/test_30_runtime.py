@@ -63,13 +63,6 @@ def same_model(path: str = MODEL_DIR) -> bool:
     return names == model_files(worker) and all(filecmp.cmp(head / n, worker / n, shallow=False) for n in names)
 
 
-@pytest.fixture(scope="module")
-def converged(lab):
-    result = pyinfra("-y")
-    assert result.returncode == 0, result.stdout
-    return result
-
-
 def test_image_and_model_are_on_both_nodes_verified(converged):
     tag = re.search(r"runtime image (dual-spark/lab-cpu:\w+)", converged.stdout).group(1)
     assert docker(HEAD, "image", "inspect", "-f", "{{.Id}}", tag) == docker(WORKER, "image", "inspect", "-f", "{{.Id}}", tag)

@@ -36,9 +36,9 @@ def container(node) -> dict:
 
 
 @pytest.fixture(scope="module")
-def serving(lab):
-    result = run("-y")
-    assert result.returncode == 0, result.stdout
+def serving(converged):
+    result = converged
+    OUTPUTS.append(result.stdout)
     assert re.search(r"spark-head\s+API\s+PASS\s+generates tokens at 127.0.0.1:8888 as tiny", result.stdout), result.stdout
     return result
 

@@ -31,9 +31,7 @@ HEALED: dict[str, float] = {}
 
 
 @pytest.fixture(scope="module")
-def serving(lab):
-    result = pyinfra("-y")
-    assert result.returncode == 0, result.stdout
+def serving(converged):
     yield
     if HEALED:
         lines = [f"  {fault:<34} {seconds:6.0f} s" for fault, seconds in HEALED.items()]
