@@ -5,7 +5,9 @@ vLLM (started by launch.sh) and ends vLLM, so that Docker restarts the container
 can no longer serve. What two-node vLLM does when one side dies (the lab's trial):
 
 - the worker dies: the head's /health still answers 200 for minutes; only generating fails.
-  So the head generates one token every --interval seconds, and ends its vLLM after two failures.
+  So the head generates one token every --interval seconds, and ends its vLLM after two failures
+  in a row during which the engine did no work at all (a probe that waits behind a long prefill
+  on a busy engine is not a failure: vLLM's token counters still move; with a dead rank they stop).
 - the head dies: a headless worker does not notice for minutes, and a new head waits for ever
   for a fresh worker. So each head container has a session of its own (a random ID, made at its
   start), served beside the worker's state on the fabric; the worker records the session it
@@ -136,27 +138,52 @@ def generates(url: str, key: str) -> bool:
         return False
 
 
+WORK = ("vllm:iteration_tokens_total_sum", "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+
+
+def work_done(url: str) -> float | None:
+    """The engine's token counters from /metrics, summed: they move while it works."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    total = 0.0
+    for line in text.splitlines():
+        if line.partition("{")[0].partition(" ")[0] in WORK:
+            try:
+                total += float(line.rsplit(" ", 1)[-1])
+            except ValueError:
+                continue
+    return total
+
+
 def head(args) -> None:
     status = Status("head")
     status.serve(args.ip, args.port)
     key = Path(args.key_file).read_text().strip()
-    started, failures = time.monotonic(), 0
+    started, failures, served, work = time.monotonic(), 0, False, None
     status.update(state="waiting")
     while True:
-        time.sleep(args.interval)
+        time.sleep(args.interval if served else min(2, args.interval))  # the first token is noticed at once
         ok = generates(args.url, key)
-        serving = status.value["state"] == "serving"
+        before, work = work, work_done(args.url)
         if ok:
             failures = 0
-            if not serving:
+            if not served:
+                served = True
                 log(f"serving after {time.monotonic() - started:.0f} s")
                 healthy(args.state)
             status.update(state="serving")
-        elif serving:
+        elif served and before is not None and work is not None and work > before:
+            failures = 0
+            status.update(state="busy")  # no token for the probe, but the engine works: a long request holds it
+        elif served:
             failures += 1
             status.update(state="failing")
             if failures >= FAILURES_TO_RESTART:
-                end(args.pid, f"no token generated {failures} times in a row: the worker or the engine is gone")
+                end(args.pid, f"no token generated {failures} times in a row and the engine did no work: "
+                              "the worker or the engine is gone")
         elif time.monotonic() - started > args.startup_timeout:
             end(args.pid, f"not serving {args.startup_timeout:.0f} s after the start")
 
@@ -220,7 +247,7 @@ def backoff(args) -> None:
 
 def check(args) -> None:
     mine = peer_status(args.ip, args.port)
-    sys.exit(0 if mine and mine["state"] in ("serving", "joined") else 1)
+    sys.exit(0 if mine and mine["state"] in ("serving", "busy", "joined") else 1)
 
 
 def status(args) -> None:

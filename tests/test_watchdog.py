@@ -1,0 +1,200 @@
+"""The serving watchdog (files/serving/watchdog.py) as it runs beside vLLM: the real program
+against stand-ins for what it watches (an API that generates or not, whose token counters move
+or not; a head's status endpoint), ending a stand-in for vLLM (a sleeping process)."""
+
+import json
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
+
+import pytest
+
+PROGRAM = Path(__file__).resolve().parents[1] / "files/serving/watchdog.py"
+
+
+class FakeApi:
+    """vLLM's API as the head's watchdog sees it: ``mode`` "ok" generates; "dead" fails and its
+    counters stand still (a dead rank); "busy" fails the probe while its counters move."""
+
+    def __init__(self):
+        self.mode, self.work = "ok", 100.0
+        api = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def reply(self, status: int, body: str, kind: str = "application/json"):
+                data = body.encode()
+                self.send_response(status)
+                self.send_header("Content-Type", kind)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+            def do_GET(self):
+                if self.path == "/metrics":
+                    if api.mode == "busy":
+                        api.work += 512
+                    self.reply(200, f'vllm:generation_tokens_total{{engine="0"}} {api.work}\n', "text/plain")
+                else:
+                    self.reply(200, json.dumps({"data": [{"id": "tiny"}]}))
+
+            def do_POST(self):
+                self.rfile.read(int(self.headers["Content-Length"]))
+                if api.mode == "ok":
+                    api.work += 1
+                    self.reply(200, json.dumps({"usage": {"completion_tokens": 1}}))
+                else:
+                    self.reply(500, json.dumps({"error": {"message": "EngineCore encountered an issue"}}))
+
+        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
+
+
+class FakeHead:
+    """A head watchdog's status endpoint on 127.0.0.2, whose session can change."""
+
+    def __init__(self, port: int):
+        self.session = "a" * 32
+        head = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                data = json.dumps({"role": "head", "session": head.session, "state": "serving", "joined": None}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer(("127.0.0.2", port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
+def free_port() -> int:
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def state_of(port: int, address: str = "127.0.0.1") -> dict | None:
+    try:
+        with urllib.request.urlopen(f"http://{address}:{port}/", timeout=2) as response:
+            return json.loads(response.read())
+    except OSError:
+        return None
+
+
+def wait_for(predicate, seconds: float = 15) -> bool:
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.05)
+    return False
+
+
+@pytest.fixture
+def vllm():
+    """The process the watchdog ends (vLLM in the container)."""
+    process = subprocess.Popen(["sleep", "300"])
+    yield process
+    process.kill()
+    process.wait()
+
+
+def watchdog(*args: str) -> subprocess.Popen:
+    return subprocess.Popen([sys.executable, str(PROGRAM), *args], stderr=subprocess.PIPE, text=True)
+
+
+@pytest.fixture
+def head_watchdog(vllm, tmp_path):
+    api, port = FakeApi(), free_port()
+    key = tmp_path / "key"
+    key.write_text("secret")
+    process = watchdog("head", "--ip", "127.0.0.1", "--port", str(port), "--url", api.url, "--key-file", str(key),
+                       "--pid", str(vllm.pid), "--interval", "0.2", "--state", str(tmp_path / "head-starts"))
+    assert wait_for(lambda: (state_of(port) or {}).get("state") == "serving"), "the head watchdog never saw a token"
+    yield api, port, process, tmp_path
+    process.kill()
+    process.wait()
+
+
+def test_the_head_ends_vllm_after_two_probes_without_token_or_work(head_watchdog, vllm):
+    api, port, process, tmp_path = head_watchdog
+    assert json.loads((tmp_path / "head-starts").read_text()) == {"failed_starts": 0, "healthy": True}
+    api.mode = "dead"
+    assert wait_for(lambda: vllm.poll() is not None), "vLLM was left running with a dead rank"
+    process.wait(timeout=10)
+    assert "no token generated 2 times in a row and the engine did no work" in process.stderr.read()
+
+
+def test_a_busy_engine_is_not_taken_for_a_dead_one(head_watchdog, vllm):
+    api, port, process, _ = head_watchdog
+    api.mode = "busy"
+    assert wait_for(lambda: (state_of(port) or {}).get("state") == "busy")
+    time.sleep(2)  # about ten probes without a token
+    assert vllm.poll() is None and state_of(port)["state"] == "busy"
+    api.mode = "ok"
+    assert wait_for(lambda: state_of(port)["state"] == "serving")
+    assert vllm.poll() is None
+
+
+def test_the_worker_leaves_a_head_session_that_is_gone(vllm, tmp_path):
+    """It joins the session of the head it is connected to; a new head session ends it."""
+    port = free_port()
+    head = FakeHead(port)
+    link = socket.create_connection(("127.0.0.2", port))  # vLLM's connection to the head, as the worker has it
+    process = watchdog("worker", "--ip", "127.0.0.1", "--head-ip", "127.0.0.2", "--port", str(port),
+                       "--pid", str(vllm.pid), "--interval", "0.2", "--state", str(tmp_path / "worker-starts"))
+    try:
+        assert wait_for(lambda: (state_of(port) or {}).get("joined") == head.session)
+        assert state_of(port)["state"] == "joined" and vllm.poll() is None
+        head.session = "b" * 32  # the head restarted: same address, a new session
+        assert wait_for(lambda: vllm.poll() is not None), "the worker stayed in a session that is gone"
+        process.wait(timeout=10)
+        assert "the head runs a new session bbbbbbbb (this worker joined aaaaaaaa)" in process.stderr.read()
+    finally:
+        link.close()
+        process.kill()
+        head.server.shutdown()
+
+
+def test_a_head_waits_for_a_fresh_worker_only(tmp_path):
+    """wait-for-worker returns once the worker says it is waiting (a fresh start)."""
+    port = free_port()
+
+    class Worker(BaseHTTPRequestHandler):
+        state = "joined"
+
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            data = json.dumps({"role": "worker", "session": "c" * 32, "state": Worker.state, "joined": None}).encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(data)))
+            self.end_headers()
+            self.wfile.write(data)
+
+    server = ThreadingHTTPServer(("127.0.0.2", port), Worker)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    process = watchdog("wait-for-worker", "--worker-ip", "127.0.0.2", "--port", str(port), "--timeout", "60")
+    try:
+        time.sleep(3)
+        assert process.poll() is None, "the head started vLLM with the worker still in an old session"
+        Worker.state = "waiting"
+        process.wait(timeout=10)
+        assert "the worker is waiting: starting vLLM" in process.stderr.read()
+    finally:
+        process.kill()
+        server.shutdown()
