@@ -10,13 +10,15 @@ from checks.fabric import link_check, roce_check
 from checks.node import NVML_FIXES
 
 LOGS = "docker logs --tail 100 dual-spark-vllm"
+UP = ("serving", "busy", "joined")  # the watchdog states of a side that serves
 HEALS = "the watchdogs restart the pair on their own (worker first); if it persists, run the deploy"
 
 
 def status_checks(name: str, data, mine: dict, peer_name: str, peer: dict | None) -> list[Check]:
     """One node's rows; ``peer`` is the other node's reading (None when it does not answer)."""
     head, worker = (mine, peer) if data.role == "head" else (peer, mine)
-    checks = [container_row(name, mine), watchdog_row(name, data.role, mine, head, worker)]
+    generating = bool(head and (head["api"] or {}).get("ok"))  # then a watchdog still "waiting" has not looked yet
+    checks = [container_row(name, mine, generating), watchdog_row(name, data.role, mine, head, worker, generating)]
     if data.role == "head":
         checks += api_rows(name, mine, worker, peer_name, data.profiles[mine_profile(mine, data)])
     checks.append(memory_row(name, mine["memory"]))
@@ -56,7 +58,7 @@ def uptime(since: str, now: str | None) -> str:
     return "up " + " ".join(parts or [f"{seconds}s"])
 
 
-def container_row(name: str, reading: dict) -> Check:
+def container_row(name: str, reading: dict, generating: bool) -> Check:
     container = reading["container"]
     if container is None:
         return Check(name, "vLLM container", FAIL, "none", "run the deploy: it starts the worker, then the head")
@@ -71,15 +73,15 @@ def container_row(name: str, reading: dict) -> Check:
     detail = f"running, {uptime(container['started'], reading['now'])}, {health}, {what}"
     if health == "unhealthy":
         return Check(name, "vLLM container", FAIL, detail, f"`{LOGS}` on {name}; " + HEALS, tuple(reading["log"]))
-    joined = (reading["watchdog"]["live"] or {}).get("state") in ("serving", "joined")
-    return Check(name, "vLLM container", WARN if health == "starting" and not joined else PASS, detail)
+    joined = (reading["watchdog"]["live"] or {}).get("state") in UP
+    return Check(name, "vLLM container", WARN if health == "starting" and not (joined or generating) else PASS, detail)
 
 
-def watchdog_row(name: str, role: str, reading: dict, head: dict | None, worker: dict | None) -> Check:
+def watchdog_row(name: str, role: str, reading: dict, head: dict | None, worker: dict | None, generating: bool) -> Check:
     live, starts = reading["watchdog"]["live"], reading["watchdog"]["starts"] or {}
     log = tuple(reading["log"])
     failed = starts.get("failed_starts", 0)
-    if failed and not (live and live["state"] in ("serving", "joined")):
+    if failed and not generating and not (live and live["state"] in UP):
         return Check(name, "watchdog", FAIL, f"this side failed to come up {failed} time(s) in a row; it now waits "
                      "longer before each start (10 s, doubling, at most 5 min)", f"its log below says why; `{LOGS}` on {name}", log)
     if live is None:
@@ -90,13 +92,19 @@ def watchdog_row(name: str, role: str, reading: dict, head: dict | None, worker:
         detail = f"session {live['session'][:8]}, {live['state']}"
         if live["state"] == "serving":
             return Check(name, "watchdog", PASS, detail)
+        if live["state"] == "busy":
+            return Check(name, "watchdog", PASS, detail + ": its probe waited behind a long request, and the engine works")
         if live["state"] == "failing":
             return Check(name, "watchdog", FAIL, detail + ": its last token probe failed; a second failure restarts the head",
                          "see the worker's rows: the head fails when the worker is gone", log)
+        if generating:
+            return Check(name, "watchdog", PASS, detail + ": the API already generates; its first probe is due")
         return Check(name, "watchdog", WARN, detail + ": vLLM is starting (or waits for a fresh worker)",
                      "wait for the first token; the API row says when it serves")
     head_live = (head or {}).get("watchdog", {}).get("live")
     if live["state"] != "joined":
+        if generating:
+            return Check(name, "watchdog", PASS, f"{live['state']}: the pair already generates; it records the session within seconds")
         return Check(name, "watchdog", WARN, f"{live['state']}: not yet part of a head session",
                      "it joins when the head starts vLLM; see the head's rows")
     if head_live and head_live["session"] != live["joined"]:

@@ -104,3 +104,17 @@ def test_uptime_reads_dockers_times():
     assert uptime("2026-11-29T20:01:02.512873Z", "2026-11-29T20:01:40Z") == "up 38s"
     assert uptime("2026-11-27T20:01:02Z", "2026-11-29T21:03:02Z") == "up 2d 1h 2m"
     assert uptime("2026-11-29T20:01:02Z", None) == "since 2026-11-29T20:01:02Z"
+
+
+def test_a_pair_that_generates_passes_while_its_watchdogs_have_not_looked_yet():
+    head = reading("head", health="starting", live={"role": "head", "session": SESSION, "state": "waiting", "joined": None})
+    worker = reading("worker", health="starting", live={"role": "worker", "session": "77" * 16, "state": "waiting", "joined": None})
+    found = rows(head, worker)
+    for node in ("spark-head", "spark-worker"):
+        assert found[node, "vLLM container"].status == PASS and found[node, "watchdog"].status == PASS
+
+
+def test_a_busy_head_passes():
+    head = reading("head", live={"role": "head", "session": SESSION, "state": "busy", "joined": None})
+    check = rows(head, reading("worker"))["spark-head", "watchdog"]
+    assert check.status == PASS and "waited behind a long request" in check.detail
