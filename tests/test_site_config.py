@@ -4,6 +4,7 @@ host, with a message that names the field; a good one does reach the hosts."""
 import socket
 import subprocess
 import sys
+import threading
 from pathlib import Path
 
 import pytest
@@ -80,27 +81,28 @@ def bad_site(port: int, old: str, new: str) -> str:
 
 
 class Listeners:
-    """Plain TCP listeners where the site's SSH hosts are: they count connection attempts."""
+    """Plain TCP listeners where the site's SSH hosts are: they count connection attempts and
+    hang up at once (the SSH client then fails fast instead of waiting for a banner)."""
 
     def __init__(self):
-        self.sockets = []
         first = socket.create_server(("127.0.0.1", 0))
         self.port = first.getsockname()[1]
         self.sockets = [first, socket.create_server(("127.0.0.2", self.port))]
+        self.count = 0
         for sock in self.sockets:
-            sock.settimeout(0.1)
+            threading.Thread(target=self._accept, args=(sock,), daemon=True).start()
+
+    def _accept(self, sock: socket.socket) -> None:
+        while True:
+            try:
+                connection, _ = sock.accept()
+            except OSError:
+                return
+            connection.close()
+            self.count += 1
 
     def connections(self) -> int:
-        count = 0
-        for sock in self.sockets:
-            try:
-                while True:
-                    connection, _ = sock.accept()
-                    connection.close()
-                    count += 1
-            except (TimeoutError, BlockingIOError):
-                pass
-        return count
+        return self.count
 
     def close(self):
         for sock in self.sockets:
