@@ -21,26 +21,12 @@ import requests
 from lab import faults, nodes
 from lab.config import HEAD, WORKER
 from lab.processes import in_node
-from tests.e2e.conftest import REPO, SITE, pyinfra
+from tests.e2e.conftest import RECOVERED, REPO, SITE, pyinfra
 
 pytestmark = pytest.mark.end_to_end
 CODEX_VERSION = "0.171.0"
 CODEX_DIR = Path(f"/var/cache/sparklab/codex-{CODEX_VERSION}")
 MODEL_CONFIG = "/var/lib/dual-spark/model/config.json"
-HEALED: dict[str, float] = {}
-
-
-@pytest.fixture(scope="module")
-def serving(converged, request):
-    """The converged pair; at the end, the recovery times, printed past pytest's capture."""
-    yield
-    if HEALED:
-        terminal = request.config.pluginmanager.get_plugin("terminalreporter")
-        terminal.write_line("\nfault -> first served token (lab, goal <= 180 s; the recipe's Sparks: ~9 min)")
-        for fault, seconds in HEALED.items():
-            terminal.write_line(f"  {fault:<34} {seconds:6.0f} s")
-
-
 def generates() -> bool:
     """One token through the head's API, asked on the head; False while anything is down."""
     try:
@@ -54,7 +40,7 @@ def status() -> subprocess.CompletedProcess:
     return pyinfra("-y", task="tasks/status.py")
 
 
-def test_status_reads_the_serving_pair_in_one_table(serving):
+def test_status_reads_the_serving_pair_in_one_table(converged):
     started = time.monotonic()
     result = status()
     took = time.monotonic() - started
@@ -69,7 +55,7 @@ def test_status_reads_the_serving_pair_in_one_table(serving):
 
 
 @pytest.fixture(scope="module")
-def clients(serving, tmp_path_factory):
+def clients(converged, tmp_path_factory):
     out = tmp_path_factory.mktemp("clients")
     port = free_port()
     result = subprocess.run([sys.executable, "-m", "clients", "--site", str(SITE), "--out", str(out), "--port", str(port)],
@@ -180,8 +166,7 @@ def fault_and_heal(name: str, fault) -> None:
     while not generates():
         assert time.monotonic() - started < 900, f"{name}: the pair does not serve 15 minutes after the fault"
         time.sleep(2)
-    HEALED[name] = round(time.monotonic() - started, 1)
-    print(f"{name}: serving again {HEALED[name]:.0f} s after the fault")
+    RECOVERED[name] = round(time.monotonic() - started, 1)
 
 
 def reboot(*which) -> None:
@@ -203,11 +188,11 @@ FAULTS = {
 
 
 @pytest.mark.parametrize("name", FAULTS)
-def test_the_pair_heals_itself(serving, name):
+def test_the_pair_heals_itself(converged, name):
     fault_and_heal(name, FAULTS[name])
 
 
-def test_a_crash_looping_worker_backs_off_and_status_names_it(serving):
+def test_a_crash_looping_worker_backs_off_and_status_names_it(converged):
     """A worker that cannot start (its model's config.json gone) waits longer before each start;
     status fails its rows with the reason from its log; put right, the pair serves again."""
     in_node(WORKER.dir, "mv", MODEL_CONFIG, MODEL_CONFIG + ".aside")
@@ -230,7 +215,7 @@ def test_a_crash_looping_worker_backs_off_and_status_names_it(serving):
     while not generates():
         assert time.monotonic() - started < 900, "the pair does not serve again once the worker can start"
         time.sleep(2)
-    print(f"crash loop put right: serving again {time.monotonic() - started:.0f} s later")
+    RECOVERED["worker crash loop, put right"] = round(time.monotonic() - started, 1)
 
 
 def starts(node) -> dict:
