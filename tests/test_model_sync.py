@@ -171,3 +171,14 @@ def test_a_receiver_that_fails_is_said_not_taken_for_an_unanswering_rail(model, 
     result = send(model, blocked / "worker", check=False)
     assert result.returncode == 1
     assert "does not answer over SSH" not in result.stderr and "model_sync on the worker failed" in result.stderr, result.stderr
+
+
+def test_every_rail_carries_its_share_with_fewer_chunks_than_streams(model, tmp_path):
+    """Eight chunks for sixteen streams: the first rail to connect must not take them all."""
+    manifest(model)
+    dest = tmp_path / "worker"
+    result = run("send", "--dir", model, "--manifest", model.parent / "manifest.json", "--peer", "u@127.0.0.2,u@127.0.0.3",
+                 "--local", "127.0.0.1,127.0.0.1", "--remote-dir", dest, "--remote-state", dest / ".dual-spark-verified.json",
+                 "--streams", "8")
+    assert result["chunks"] == 8 and result["rails"] == 2 and same_tree(model, dest)
+    assert min(result["bytes_by_rail"].values()) >= 3 << 20, result["bytes_by_rail"]

@@ -25,10 +25,10 @@ Python 3.10+, standard library only: it runs on the Sparks' own Python.
 from __future__ import annotations
 
 import argparse
+import collections
 import hashlib
 import json
 import os
-import queue
 import secrets
 import shutil
 import socket
@@ -445,30 +445,51 @@ def warn(message: str) -> None:
 
 
 def transfer(root: Path, record: dict, needed: list, routes: list, streams: int, token: str, sent: dict) -> None:
-    """Chunks, largest files first, spread over ``streams`` connections per reachable rail."""
-    jobs: queue.Queue = queue.Queue()
-    for name, index in sorted(needed, key=lambda job: -record["files"][job[0]]["size"]):
-        jobs.put((name, index, 0))
+    """Chunks, largest files first, dealt in turn to the reachable rails and sent over ``streams``
+    connections on each. A stream whose rail has nothing left takes, from the back of another
+    rail's share, only what that rail's streams cannot start now: every rail carries its part,
+    a slower one is helped, and a rail whose streams are gone leaves all of its share to the others."""
+    if not routes:
+        raise SyncError("the worker could listen on none of its rail addresses")
+    shares: list[collections.deque] = [collections.deque() for _ in routes]
+    for position, (name, index) in enumerate(sorted(needed, key=lambda job: -record["files"][job[0]]["size"])):
+        shares[position % len(routes)].append((name, index, 0))
     lock = threading.Lock()
+    connected = [0] * len(routes)  # the live streams of each rail
+    settled = threading.Semaphore(0)  # one release per stream, connected or failed
     outstanding = {"chunks": len(needed)}
     failures: list[str] = []
-    live = []
 
-    def stream(local: str, address: str, port: int) -> None:
+    def take(rail: int):
+        with lock:
+            if shares[rail]:
+                return shares[rail].popleft()
+            for other, share in enumerate(shares):
+                if len(share) > connected[other]:
+                    return share.pop()
+        return None
+
+    def stream(rail: int, local: str, address: str, port: int) -> None:
         try:
             connection = socket.create_connection((address, port), timeout=30, source_address=(local, 0))
         except OSError as error:
             failures.append(f"{address}: {error}")
+            settled.release()
             return
+        with lock:
+            connected[rail] += 1
+        settled.release()
+        gate.wait()
         with connection:
             connection.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             reader = connection.makefile("rb")
             connection.sendall(token.encode() + b"\n")
             while outstanding["chunks"]:
-                try:
-                    name, index, attempt = jobs.get(timeout=0.2)
-                except queue.Empty:
+                job = take(rail)
+                if job is None:
+                    time.sleep(0.1)
                     continue
+                name, index, attempt = job
                 length = chunk_length(record, name, index)
                 try:
                     connection.sendall(json.dumps({"file": name, "index": index, "length": length}).encode() + b"\n")
@@ -476,7 +497,9 @@ def transfer(root: Path, record: dict, needed: list, routes: list, streams: int,
                         connection.sendfile(handle, offset=index * CHUNK, count=length)
                     answer = reader.readline()
                 except OSError as error:
-                    jobs.put((name, index, attempt))
+                    with lock:
+                        connected[rail] -= 1
+                        shares[rail].appendleft(job)
                     failures.append(f"{address}: {error}")
                     return
                 if answer == b"ok\n":
@@ -485,21 +508,28 @@ def transfer(root: Path, record: dict, needed: list, routes: list, streams: int,
                         sent["by_rail"][address] = sent["by_rail"].get(address, 0) + length
                         outstanding["chunks"] -= 1
                 elif attempt < 2:
-                    jobs.put((name, index, attempt + 1))
+                    with lock:
+                        shares[rail].append((name, index, attempt + 1))
                 else:
                     failures.append(f"{name} chunk {index} arrives corrupted at {address} every time")
                     with lock:
                         outstanding["chunks"] = 0
                     return
 
-    for local, address, port in routes:
-        for _ in range(streams):
-            thread = threading.Thread(target=stream, args=(local, address, port), daemon=True)
-            thread.start()
-            live.append(thread)
+    # Work starts once every stream has connected or failed (or after 2 s: a rail whose connections
+    # hang counts as gone), so that no rail's share is taken while its streams are still connecting.
+    gate = threading.Event()
+    live = [threading.Thread(target=stream, args=(rail, *route), daemon=True)
+            for rail, route in enumerate(routes) for _ in range(streams)]
+    for thread in live:
+        thread.start()
+    deadline = time.monotonic() + 2
+    for _ in live:
+        settled.acquire(timeout=max(0.0, deadline - time.monotonic()))
+    gate.set()
     for thread in live:
         thread.join()
-    if not jobs.empty() or outstanding["chunks"] or (failures and not sent["bytes"]):
+    if any(shares) or outstanding["chunks"] or (failures and not sent["bytes"]):
         raise SyncError("; ".join(sorted(set(failures)))[:500] or "no stream could send")
     for failure in sorted(set(failures)):
         warn(f"a stream failed and its chunks went over the others: {failure}")
