@@ -102,13 +102,17 @@ class Stack:
     hash: str
 
 
-def gid_index(settings: dict, reading: dict) -> int:
+def gid_index(settings: dict, reading: dict) -> int | str:
     """NCCL_IB_GID_INDEX: the RoCE v2 GID of rail 0's address as this node has it (or the
-    site's pin); never a constant, since the table's order differs between machines."""
+    site's pin); never a constant, since the table's order differs between machines. Before the
+    changes run (--dry, the diff shown before asking) a node whose rail has no address yet shows
+    what will be read."""
     rail = settings["rails"][0]
     if rail["gid_index"] != "auto":
         return rail["gid_index"]
     found = roce_v2_gid_index(reading["rdma"]["devices"], rail["rdma"], rail["address"])
+    if found is None and not host.state.is_executing:
+        return f"the RoCE v2 GID of {rail['address']} on {rail['rdma']}, read once the rail has that address"
     if found is None:
         raise OperationError(f"no RoCE v2 GID for {rail['address']} on {rail['rdma']}: NCCL could not use the rail. "
                              "Fix: see the rail's rows in `pyinfra inventory.py tasks/verify.py` (link, address).")

@@ -67,6 +67,17 @@ def test_machine_id_repair_refuses_an_unexpected_hostname(lab, tmp_path):
     assert {node.role: tree_digest(node.dir / "upper") for node in NODES.values()} == before
 
 
+def test_a_dry_run_on_the_factory_image_shows_every_step_and_changes_nothing(lab):
+    """What a user sees first (--dry, or the diff shown before asking): every step's change, the
+    serving stacks included, though the rails have no address and so no GID yet."""
+    before = {node.role: tree_digest(node.dir / "upper") for node in NODES.values()}
+    result = pyinfra("--dry")
+    assert result.returncode == 0, result.stdout
+    assert re.search(r"Start the head's stack \(rank 0, the API\).*\s1 \(spark-head\)", result.stdout), result.stdout
+    assert 'NCCL_IB_GID_INDEX: "the RoCE v2 GID of 10.0.0.2 on rocep1s0f0, read once the rail has that address"' in result.stdout
+    assert {node.role: tree_digest(node.dir / "upper") for node in NODES.values()} == before
+
+
 def test_fresh_converge_passes_verification(lab):
     assert not (image.factory_image() / "usr/bin/iperf3").exists()
     result = converge()
