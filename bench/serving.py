@@ -18,6 +18,7 @@ import json
 import os
 import statistics
 import subprocess
+import threading
 import time
 from concurrent.futures import ThreadPoolExecutor
 from contextlib import ExitStack
@@ -127,12 +128,18 @@ def measure(endpoint: Endpoint, prompt: Prompt, max_tokens: int, ignore_eos: boo
 
 def run_groups(endpoint: Endpoint, prompt: Prompt, concurrency: int, groups: int, max_tokens: int,
                ignore_eos: bool, progress=None) -> tuple[list[RequestResult], list[dict]]:
-    """``groups`` rounds of ``concurrency`` simultaneous requests; C1 is sequential requests."""
+    """``groups`` rounds of ``concurrency`` simultaneous requests (released together: the pool's
+    threads start one by one); C1 is sequential requests."""
     requests_done, group_results = [], []
     with ThreadPoolExecutor(max_workers=concurrency) as pool:
         for group in range(groups):
-            futures = [pool.submit(measure, endpoint, prompt, max_tokens, ignore_eos, concurrency, group)
-                       for _ in range(concurrency)]
+            together = threading.Barrier(concurrency)
+
+            def one(group=group, together=together):
+                together.wait()
+                return measure(endpoint, prompt, max_tokens, ignore_eos, concurrency, group)
+
+            futures = [pool.submit(one) for _ in range(concurrency)]
             results = [future.result() for future in futures]
             requests_done += results
             span = max(r.started + r.duration_s for r in results) - min(r.started for r in results)
