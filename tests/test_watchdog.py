@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests.net import free_port
+
 PROGRAM = Path(__file__).resolve().parents[1] / "files/serving/watchdog.py"
 
 
@@ -79,11 +81,6 @@ class FakeHead:
         self.server = ThreadingHTTPServer(("127.0.0.2", port), Handler)
         threading.Thread(target=self.server.serve_forever, daemon=True).start()
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def state_of(port: int, address: str = "127.0.0.1") -> dict | None:

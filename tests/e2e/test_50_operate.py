@@ -22,6 +22,7 @@ from lab import faults, nodes
 from lab.config import HEAD, WORKER
 from lab.processes import in_node
 from tests.e2e.conftest import RECOVERED, REPO, SITE, pyinfra
+from tests.net import free_port
 
 pytestmark = pytest.mark.end_to_end
 CODEX_VERSION = "0.171.0"
@@ -63,11 +64,6 @@ def clients(converged, tmp_path_factory):
     assert result.returncode == 0, result.stdout + result.stderr
     return out, port, result.stdout + result.stderr
 
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 @pytest.fixture(scope="module")

