@@ -14,7 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import click
 
-from bench.prompts import make_prompt
+from bench.prompts import rough_prompt
 from bench.serving import Endpoint, run_groups
 
 
@@ -60,7 +60,7 @@ def main(streams: int, groups: int, tokens: int) -> None:
     server = Server(("127.0.0.1", 0), InstantStream)
     threading.Thread(target=server.serve_forever, daemon=True).start()
     endpoint = Endpoint(f"http://127.0.0.1:{server.server_address[1]}", "instant")
-    prompt = make_prompt(1000)
+    prompt = rough_prompt(1000)
     cpu, wall = time.process_time(), time.perf_counter()
     results, group_results = run_groups(endpoint, prompt, streams, groups, tokens, True)
     cpu, wall = time.process_time() - cpu, time.perf_counter() - wall

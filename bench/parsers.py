@@ -1,5 +1,5 @@
 """Parsers for the real output of the tools the benchmarks run: ping, iperf3 (JSON),
-perftest's ib_write_bw, nccl-tests' all_reduce_perf, and Prometheus text from vLLM.
+perftest's ib_write_bw, nccl-tests' all_reduce_perf, nvidia-smi's CSV, and Prometheus text from vLLM.
 
 None of them raises: output they cannot read gives a reading with ``error`` set and the lines
 in ``unreadable``."""
@@ -15,6 +15,7 @@ NCCL_TCP_FALLBACK_GBPS = 3.0
 MIB = 1 << 20
 
 PROMETHEUS_SAMPLE = re.compile(r"^([a-zA-Z_:][a-zA-Z0-9_:]*)(\{[^}]*\})?\s+(\S+)(\s+\S+)?\s*$")
+CSV_FIELD = re.compile(r"([a-z][a-z0-9_.]*)(?: \[[^\]]+\])?")
 LABEL = re.compile(r'(\w+)="((?:[^"\\]|\\.)*)"')
 
 
@@ -150,3 +151,30 @@ def parse_all_reduce_perf(text: str) -> dict:
         "error": None if readable else "no result table",
         "unreadable": [] if readable else _lines(text)[-5:],
     }
+
+
+def parse_nvidia_smi_csv(lines: list[str]) -> list[dict]:
+    """``nvidia-smi --query-gpu=... --format=csv``: a header naming the fields with their units
+    ("power.draw [W]"), then one row a sample ("66.53 W", "96 %", "[N/A]"). Each row becomes
+    {field: value}: numbers without their unit, "[N/A]" and "Not Supported" (GB10 memory) as None,
+    text as text. A repeated header is skipped; a line of another width than the header is dropped."""
+    fields: list[str] = []
+    rows = []
+    for line in lines:
+        values = [value.strip() for value in line.split(",")]
+        if (not fields or len(values) == len(fields)) and all(CSV_FIELD.fullmatch(value) for value in values):
+            fields = [CSV_FIELD.fullmatch(value).group(1) for value in values]
+            continue
+        if len(values) != len(fields):
+            continue
+        rows.append({name: _csv_value(name, value) for name, value in zip(fields, values)})
+    return rows
+
+
+def _csv_value(name: str, value: str):
+    if value in ("[N/A]", "N/A", "[Not Supported]", "Not Supported", ""):
+        return None
+    number = re.fullmatch(r"(-?[\d.]+)(?: \S+)?", value)
+    if name in ("timestamp", "name", "pci.bus_id", "driver_version", "uuid") or not number:
+        return value
+    return float(number.group(1))

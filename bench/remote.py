@@ -12,6 +12,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass
 from pathlib import Path
 
+import click
 import paramiko
 
 from site_config import Site
@@ -33,24 +34,30 @@ class Target:
         return cls(user or None, host, int(port or 22), key_filename)
 
 
-class UnknownHostKey(Exception):
-    """The node's host key is in no known_hosts file."""
+class HostKeyError(click.ClickException):
+    """The node's SSH host key is unknown or not the recorded one: an error, never a warning."""
 
 
 def connect(target: Target, known_hosts: str | None = None, accept_new: bool = False) -> paramiko.SSHClient:
     """An SSH session that checks the node's host key against the system's and ``known_hosts``;
-    a key seen for the first time is an error, unless ``accept_new`` records it there."""
+    a key seen for the first time is an error, unless ``accept_new`` records it there; a key
+    other than the recorded one is always an error."""
     client = paramiko.SSHClient()
     client.load_system_host_keys()
     if known_hosts and Path(known_hosts).exists():
         client.load_host_keys(known_hosts)
     client.set_missing_host_key_policy(paramiko.AutoAddPolicy() if accept_new else paramiko.RejectPolicy())
+    where = known_hosts or "~/.ssh/known_hosts"
     try:
         client.connect(target.host, port=target.port, username=target.user, key_filename=target.key_filename, timeout=10)
+    except paramiko.BadHostKeyException:
+        raise HostKeyError(f"{target.host}'s SSH host key is not the one recorded in {where}: someone may be in the "
+                           f"middle, or the node was reinstalled. Fix: find out which; if reinstalled, remove the old key "
+                           f"(ssh-keygen -R {target.host} -f {where}) and run again with --accept-new-host-key") from None
     except paramiko.SSHException as error:
         if "not found in known_hosts" in str(error):
-            raise UnknownHostKey(f"{target.host}'s SSH host key is not in {known_hosts or '~/.ssh/known_hosts'}. Fix: "
-                                 "check it and run again with --accept-new-host-key (or run the deploy once, which records it)") from None
+            raise HostKeyError(f"{target.host}'s SSH host key is not in {where}. Fix: check it and run again with "
+                               "--accept-new-host-key (or run the deploy once, which records it)") from None
         raise
     if accept_new and known_hosts:
         client.save_host_keys(known_hosts)

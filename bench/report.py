@@ -1,7 +1,11 @@
 """Compare profiles from a folder of raw serving JSONs: a Markdown table and SVG charts of
-C1 decode tok/s, aggregate tok/s at the widest concurrency, and TTFT, per prompt and profile.
+C1 decode tok/s, aggregate tok/s at the widest concurrency, and TTFT, per prompt and profile;
+speculative acceptance per draft position and the draft length each concurrency favours.
+With --reference, the published runs (bench.reference) beside ours, matched by profile, prompt
+tokens and concurrency, with the ratio ours/published per cell and in the charts.
 
     python -m bench.report bench/results --out bench/results/report
+    python -m bench.report bench/results --reference ~/dual-spark-optimizations
 """
 
 from __future__ import annotations
@@ -13,6 +17,11 @@ from pathlib import Path
 
 import click
 
+from bench import speculation
+from bench.prompts import TOLERANCE
+from bench.reference import ReferenceError, read_reference
+
+MATCH_TOLERANCE = 2 * TOLERANCE  # ours are sized within TOLERANCE of the published prompt tokens
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
 
 
@@ -84,8 +93,10 @@ def nice_ceiling(value: float) -> float:
     return next(step * scale for step in (1, 2, 2.5, 5, 10) if step * scale >= value)
 
 
-def bar_chart(title: str, unit: str, groups: list[str], series: dict[str, list[float | None]]) -> str:
-    """A grouped bar chart as standalone SVG: one group per prompt, one bar per profile."""
+def bar_chart(title: str, unit: str, groups: list[str], series: dict[str, list[float | None]],
+              captions: dict[str, list[str]] | None = None) -> str:
+    """A grouped bar chart as standalone SVG: one group per prompt, one bar per series, each bar
+    labelled with its value (or its caption, when given)."""
     width, height, left, bottom, top = 720, 360, 70, 50, 50
     plot_w, plot_h = width - left - 20, height - top - bottom
     peak = nice_ceiling(max([v for values in series.values() for v in values if v is not None] + [1e-9]))
@@ -103,16 +114,17 @@ def bar_chart(title: str, unit: str, groups: list[str], series: dict[str, list[f
     for g, group in enumerate(groups):
         x0 = left + g * slot + slot * 0.1
         parts.append(f'<text x="{left + g * slot + slot / 2:.1f}" y="{top + plot_h + 20}" text-anchor="middle">{escape(group)}</text>')
-        for s, values in enumerate(series.values()):
+        for s, (name, values) in enumerate(series.items()):
             value = values[g]
             if value is None:
                 continue
             h = plot_h * value / peak
             x = x0 + s * bar
             parts.append(f'<rect x="{x:.1f}" y="{top + plot_h - h:.1f}" width="{bar * 0.92:.1f}" height="{h:.1f}" fill="{PALETTE[s % len(PALETTE)]}"/>')
-            parts.append(f'<text x="{x + bar / 2:.1f}" y="{top + plot_h - h - 4:.1f}" text-anchor="middle" font-size="10">{number(value)}</text>')
+            caption = (captions or {}).get(name, [None] * len(groups))[g] or number(value)
+            parts.append(f'<text x="{x + bar / 2:.1f}" y="{top + plot_h - h - 4:.1f}" text-anchor="middle" font-size="10">{escape(caption)}</text>')
     for s, name in enumerate(series):
-        x = left + s * 150
+        x = left + s * (width - left) / max(len(series), 1)
         parts.append(f'<rect x="{x}" y="{height - 18}" width="12" height="12" fill="{PALETTE[s % len(PALETTE)]}"/>')
         parts.append(f'<text x="{x + 16}" y="{height - 8}">{escape(name)}</text>')
     parts.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{width - 20}" y2="{top + plot_h}" stroke="black"/>')
@@ -140,19 +152,156 @@ def charts(runs: list[dict]) -> dict[str, str]:
     }
 
 
+def our_cells(runs: list[dict]) -> list[dict]:
+    """Our cells in the shape bench.reference gives the published ones (means throughout)."""
+    return [{"source": "ours", "profile": run["profile"], "file": run["_file"], "prompt": cell["prompt"],
+             "prompt_tokens": cell["prompt_tokens"]["mean"], "concurrency": cell["concurrency"],
+             "max_tokens": run["settings"]["max_tokens"], "requests": len(cell["requests"]),
+             "decode_tok_s": cell["decode_tok_s"]["mean"], "aggregate_tok_s": cell["aggregate_tok_s"]["mean"],
+             "ttft_s": cell["ttft_s"]["mean"], "spec": cell.get("spec_decode")}
+            for run in runs for cell in run["cells"]]
+
+
+def matches(ours: list[dict], published: list[dict]) -> list[dict]:
+    """Each of our cells beside the published cell of the same profile, concurrency and output
+    length whose prompt tokens are within MATCH_TOLERANCE of ours, with ours/published ratios."""
+    rows = []
+    for cell in ours:
+        theirs = next((other for other in published if other["profile"] == cell["profile"]
+                       and other["concurrency"] == cell["concurrency"] and other["max_tokens"] in (None, cell["max_tokens"])
+                       and cell["prompt_tokens"] is not None
+                       and abs(cell["prompt_tokens"] - other["prompt_tokens"]) <= MATCH_TOLERANCE * other["prompt_tokens"]), None)
+        ratios = {metric: cell[metric] / theirs[metric] if theirs and cell[metric] and theirs[metric] else None
+                  for metric in ("decode_tok_s", "aggregate_tok_s", "ttft_s")}
+        rows.append({"ours": cell, "published": theirs, "ratio": ratios})
+    return rows
+
+
+def ratio(value) -> str:
+    return "-" if value is None else f"{value:.2f}x"
+
+
+def speculation_markdown(cells: list[dict]) -> list[str]:
+    """Acceptance per draft position, accepted tokens per step for each shorter draft, and the
+    length each concurrency favours (bench.speculation)."""
+    measured = [cell for cell in cells if cell["spec"] and cell["spec"]["drafts"]]
+    if not measured:
+        return []
+    lines = ["", "## Speculative decoding per draft position", "",
+             "Acceptance at position k: drafts whose first k+1 tokens were all accepted. Accepted per step at n: "
+             "what a draft of n tokens would have carried (the first n positions).", "",
+             "| source | profile | prompt | C | drafts | acceptance by position | accepted per step at n = 1, 2, ... |",
+             "|---|---|---|---|---|---|---|"]
+    for cell in measured:
+        spec = cell["spec"]
+        lines.append(f"| {cell['source']} | {cell['profile']} | {cell['prompt']} | {cell['concurrency']} | {spec['drafts']:.0f} "
+                     f"| {' '.join(f'{rate:.0%}' for rate in spec['acceptance_per_position'])} "
+                     f"| {' '.join(format(length['expected_accepted'], '.2f') for length in spec['draft_lengths'][1:])} |")
+    favoured = favoured_rows(cells)
+    if favoured:
+        lines += ["", "Draft length the measurement favours: step time fitted as base + per-token cost x C x (n + 1) "
+                  "through C1 and the wider cell of the same prompt; n maximising C x tokens per step / step time "
+                  "(0 = no speculation; the longest measured is the most it can say).", "",
+                  "| source | profile | prompt | C | fitted with | base step ms | per token ms | favours n |", "|---|---|---|---|---|---|---|---|"]
+        for row in favoured:
+            verdict = row["why"] or f"{row['favoured_length']} of {row['measured_length']}"
+            lines.append(f"| {row['source']} | {row['profile']} | {row['prompt']} | {row['concurrency']} "
+                         f"| C{' and C'.join(map(str, row['fitted_with']))} | {row['base_step_ms']:.1f} | {row['per_token_ms']:.2f} | {verdict} |")
+    return lines
+
+
+def favoured_rows(cells: list[dict]) -> list[dict]:
+    rows = []
+    for source, profile in dict.fromkeys((cell["source"], cell["profile"]) for cell in cells):
+        own = [cell for cell in cells if (cell["source"], cell["profile"]) == (source, profile)]
+        rows += [{"source": source, "profile": profile, **row} for row in speculation.favoured_lengths(own)]
+    return rows
+
+
+def reference_markdown(reference: list[dict], rows: list[dict], folder: Path) -> list[str]:
+    lines = ["", f"## Published runs (`{folder}`)", "",
+             "| profile | stamp | prompt | prompt tokens | C | requests | decode tok/s | aggregate tok/s | TTFT s |",
+             "|---|---|---|---|---|---|---|---|---|"]
+    for run in reference:
+        for cell in run["cells"]:
+            lines.append(f"| {run['profile']} | {run['stamp']} | {cell['prompt']} | {cell['prompt_tokens']:.0f} | {cell['concurrency']} "
+                         f"| {cell['requests'] or '-'} | {fmt(cell['decode_tok_s'])} | {fmt(cell['aggregate_tok_s'])} | {fmt(cell['ttft_s'])} |")
+    lines += ["", "| profile | node | samples | mean GPU util % | mean power W | peak temperature C | peak memory used MiB |",
+              "|---|---|---|---|---|---|---|"]
+    for run in reference:
+        for node, seen in run["telemetry"].items():
+            lines.append(f"| {run['profile']} | {node} | {seen['samples']} | {fmt(seen['mean_utilization_pct'], 1)} "
+                         f"| {fmt(seen['mean_power_w'], 1)} | {fmt(seen['peak_temperature_c'], 0)} | {fmt(seen['peak_memory_used_mib'], 0)} |")
+    lines += ["", "## Ours against the published runs", "",
+              "Matched by profile, concurrency, output length and prompt tokens (within 1%). Ratio = ours / published "
+              "(above 1 is faster for decode and aggregate, slower for TTFT).", "",
+              "| profile | prompt | C | prompt tokens ours / published | decode ours | published | ratio "
+              "| aggregate ours | published | ratio | TTFT ours s | published | ratio |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for row in rows:
+        ours, theirs = row["ours"], row["published"]
+        if theirs is None:
+            lines.append(f"| {ours['profile']} | {ours['prompt']} | {ours['concurrency']} | {ours['prompt_tokens'] or 0:.0f} / none published "
+                         "| " + " | ".join(["-"] * 9) + " |")
+            continue
+        cells = [f"{ours['prompt_tokens']:.0f} / {theirs['prompt_tokens']:.0f}"]
+        for metric in ("decode_tok_s", "aggregate_tok_s", "ttft_s"):
+            cells += [fmt(ours[metric]), fmt(theirs[metric]), ratio(row["ratio"][metric])]
+        lines.append(f"| {ours['profile']} | {ours['prompt']} | {ours['concurrency']} | " + " | ".join(cells) + " |")
+    return lines
+
+
+def charts_against(rows: list[dict]) -> dict[str, str]:
+    """Ours beside the published per prompt, one chart per concurrency for decode and aggregate;
+    our bars carry the ratio ours/published."""
+    drawn = {}
+    matched = [row for row in rows if row["published"]]
+    for concurrency in sorted({row["ours"]["concurrency"] for row in matched}):
+        at = [row for row in matched if row["ours"]["concurrency"] == concurrency]
+        prompts = sorted({row["ours"]["prompt"] for row in at}, key=sort_key)
+        for metric, title in (("decode_tok_s", "decode"), ("aggregate_tok_s", "aggregate")):
+            series, captions = {}, {}
+            for profile in sorted({row["ours"]["profile"] for row in at}):
+                by_prompt = {row["ours"]["prompt"]: row for row in at if row["ours"]["profile"] == profile}
+                ours, theirs = f"{profile} (ours)", f"{profile} (published)"
+                series[ours] = [by_prompt[p]["ours"][metric] if p in by_prompt else None for p in prompts]
+                series[theirs] = [by_prompt[p]["published"][metric] if p in by_prompt else None for p in prompts]
+                captions[ours] = [f"{number(by_prompt[p]['ours'][metric])} ({ratio(by_prompt[p]['ratio'][metric])})"
+                                  if p in by_prompt and by_prompt[p]["ratio"][metric] else None for p in prompts]
+            drawn[f"c{concurrency}_{title}_vs_published.svg"] = bar_chart(
+                f"C{concurrency} {title} (mean): ours vs published, ratio in brackets", "tok/s", prompts, series, captions)
+    return drawn
+
+
 @click.command()
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Where to write report.md and the charts (default FOLDER/report).")
-def main(folder: Path, out: Path | None) -> None:
-    """Write report.md and SVG charts comparing the profiles in FOLDER."""
+@click.option("--reference", type=click.Path(exists=True, file_okay=False, path_type=Path),
+              help="A results directory in the format of the published dual-spark-optimizations runs, to compare against.")
+def main(folder: Path, out: Path | None, reference: Path | None) -> None:
+    """Write report.md, report.json and SVG charts comparing the profiles in FOLDER (and the published runs)."""
     runs = load_runs(folder)
+    try:
+        published = read_reference(reference) if reference else []
+    except ReferenceError as error:
+        raise click.ClickException(f"--reference: {error}") from None
+    ours = our_cells(runs)
+    published_cells = [cell for run in published for cell in run["cells"]]
+    rows = matches(ours, published_cells) if reference else []
+    text = markdown(runs) + "\n".join((reference_markdown(published, rows, reference) if reference else [])
+                                       + speculation_markdown(ours + published_cells)) + "\n"
     out = out or folder / "report"
     out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(markdown(runs))
-    drawn = charts(runs)
+    (out / "report.md").write_text(text)
+    (out / "report.json").write_text(json.dumps({
+        "cells": ours, "published": published, "against_published": rows,
+        "favoured_draft_lengths": favoured_rows(ours + published_cells)}, indent=2))
+    drawn = {**charts(runs), **charts_against(rows)}
     for name, svg in drawn.items():
         (out / name).write_text(svg)
-    click.echo(f"--> {out / 'report.md'} and {len(drawn)} charts: {', '.join(drawn)}")
+    click.echo(f"--> {out / 'report.md'}, report.json and {len(drawn)} charts: {', '.join(drawn)}")
+    if reference:
+        matched = sum(1 for row in rows if row["published"])
+        click.echo(f"--> {matched} of {len(rows)} cells matched a published one ({len(published)} published profiles)")
 
 
 if __name__ == "__main__":

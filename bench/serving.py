@@ -1,14 +1,14 @@
 """Serving benchmark against any OpenAI-compatible endpoint (vLLM on the two Sparks).
 
-For each prompt size: C1 = N requests one after another, and for each wider concurrency C,
-N groups of C simultaneous requests; streaming, temperature 0, a fixed output length. Per
-request: time to first token, decode tok/s (server-counted completion tokens after the first,
-over the time from the first to the last token) and end-to-end tok/s; per group: aggregate
-tok/s; mean, p50 and p95 of each. Speculative decoding figures come from /metrics snapshots
-taken around the measured requests. Writes one raw JSON file per run.
+For each prompt size (in the server's tokens, counted by its /tokenize; by default the published
+runs' 9,028 / 176,617 / 264,985): C1 = N requests one after another, and for each wider
+concurrency C, N groups of C simultaneous requests; streaming, temperature 0, a fixed output
+length. Per request: time to first token, decode tok/s (server-counted completion tokens after the
+first, over the time from the first to the last token) and end-to-end tok/s; per group: aggregate
+tok/s; mean, p50 and p95 of each. Speculative decoding per cell and per draft position comes from
+/metrics snapshots around each cell. Writes one raw JSON file per run.
 
-    python -m bench.serving --url http://127.0.0.1:8888 --model deepseek-v4-flash \\
-        --prompt-tokens 10000,200000,300000 --concurrency 1,4 --requests 3 --profile adaptive
+    python -m bench.serving --url http://127.0.0.1:8888 --concurrency 1,4 --requests 3 --profile adaptive
     python -m bench.serving --via-ssh spark@spark-head ...   # the API on the head's loopback
 """
 
@@ -30,19 +30,14 @@ from urllib.parse import urlparse
 import click
 import requests
 
-from bench.parsers import parse_prometheus
-from bench.prompts import Prompt, make_prompt
-from bench.remote import LineStream, Target, UnknownHostKey, connect, forward, head_of, read_secret, serving_identity
+from bench import speculation
+from bench.parsers import Metrics, parse_nvidia_smi_csv, parse_prometheus
+from bench.prompts import PUBLISHED_SIZES, Prompt, PromptError, fit_prompt
+from bench.remote import LineStream, Target, connect, forward, head_of, read_secret, serving_identity
 from site_config import default_settings, load_site
 
 SCHEMA_VERSION = 1
 REPO = Path(__file__).resolve().parents[1]
-SPEC_METRICS = {
-    "drafts": "vllm:spec_decode_num_drafts_total",
-    "draft_tokens": "vllm:spec_decode_num_draft_tokens_total",
-    "accepted_tokens": "vllm:spec_decode_num_accepted_tokens_total",
-}
-GENERATION_TOKENS = "vllm:generation_tokens_total"
 TELEMETRY_QUERY = "timestamp,name,utilization.gpu,memory.used,memory.total,temperature.gpu,power.draw"
 
 
@@ -72,10 +67,37 @@ class Endpoint:
     def headers(self) -> dict:
         return {"Authorization": f"Bearer {self.api_key}"} if self.api_key else {}
 
-    def metrics(self) -> dict[str, float]:
+    def metrics(self) -> Metrics:
         response = requests.get(f"{self.url}/metrics", headers=self.headers, timeout=30)
         response.raise_for_status()
         return parse_prometheus(response.text)
+
+    def tokenize(self, text: str) -> dict:
+        """The server's count of ``text`` sent as the user message of a chat request, and its max
+        model length (vLLM's /tokenize applies the chat template the served requests get)."""
+        body = {"model": self.model, "messages": [{"role": "user", "content": text}]}
+        response = requests.post(f"{self.url}/tokenize", json=body, headers=self.headers, timeout=600)
+        if response.status_code == 404:
+            raise click.ClickException(f"{self.url} has no /tokenize: prompts are sized in the server's tokens, "
+                                       "which vLLM counts there. Fix: point --url at the vLLM API")
+        response.raise_for_status()
+        return response.json()
+
+
+def fit_prompts(endpoint: Endpoint, sizes: list[int], max_tokens: int) -> list[Prompt]:
+    """Prompts of exactly (within 0.5%) ``sizes`` tokens as the server counts them; a size that
+    leaves no room for the output under the served max model length is refused first."""
+    max_model_len = endpoint.tokenize("")["max_model_len"]
+    for size in sizes:
+        if size + max_tokens > max_model_len:
+            raise click.ClickException(
+                f"--prompt-tokens {size} plus --max-tokens {max_tokens} is more than the served max model length "
+                f"{max_model_len}. Fix: ask for at most {max_model_len - max_tokens} prompt tokens, or serve a "
+                "profile with a longer context (long-c4)")
+    try:
+        return [fit_prompt(size, lambda text: endpoint.tokenize(text)["count"]) for size in sizes]
+    except PromptError as error:
+        raise click.ClickException(f"--prompt-tokens: {error}") from None
 
 
 def stream_chat(endpoint: Endpoint, prompt: Prompt, max_tokens: int, ignore_eos: bool) -> dict:
@@ -172,37 +194,9 @@ def summarize(values: list[float | None]) -> dict:
     }
 
 
-def spec_decode(before: dict, after: dict) -> dict:
-    """Speculative decoding over the run, from counter deltas."""
-    delta = {key: after.get(name, 0.0) - before.get(name, 0.0) for key, name in SPEC_METRICS.items()}
-    return {
-        **delta,
-        "acceptance_rate": delta["accepted_tokens"] / delta["draft_tokens"] if delta["draft_tokens"] else None,
-        "accepted_per_draft": delta["accepted_tokens"] / delta["drafts"] if delta["drafts"] else None,
-        "generation_tokens": after.get(GENERATION_TOKENS, 0.0) - before.get(GENERATION_TOKENS, 0.0),
-    }
-
-
 def git_revision() -> str:
     result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=REPO, capture_output=True, text=True)
     return result.stdout.strip() or "unknown"
-
-
-def telemetry_rows(lines: list[str]) -> list[dict]:
-    """nvidia-smi CSV samples; "[N/A]" (GB10 memory) is kept as None, not a crash."""
-    rows = []
-    for line in lines:
-        values = [value.strip() for value in line.split(",")]
-        if len(values) != len(TELEMETRY_QUERY.split(",")):
-            continue
-        row = dict(zip(TELEMETRY_QUERY.split(","), values))
-        for key in ("utilization.gpu", "memory.used", "memory.total", "temperature.gpu", "power.draw"):
-            try:
-                row[key] = float(row[key])
-            except ValueError:
-                row[key] = None
-        rows.append(row)
-    return rows
 
 
 def warm_up(endpoint: Endpoint, prompt: Prompt) -> None:
@@ -215,15 +209,17 @@ def warm_up(endpoint: Endpoint, prompt: Prompt) -> None:
 def run_benchmark(endpoint: Endpoint, prompts: list[Prompt], concurrencies: list[int], groups: int,
                   max_tokens: int, ignore_eos: bool, show_progress: bool = True) -> dict:
     """The measured part: metric snapshots around every prompt/concurrency cell."""
-    before = endpoint.metrics()
+    first = before = endpoint.metrics()
     cells = []
     total_groups = len(prompts) * len(concurrencies) * groups
     with click.progressbar(length=total_groups, label="request groups", file=None if show_progress else open(os.devnull, "w")) as bar:
         for prompt in prompts:
             for concurrency in concurrencies:
                 results, group_results = run_groups(endpoint, prompt, concurrency, groups, max_tokens, ignore_eos, bar)
+                after = endpoint.metrics()
                 cells.append({
                     "prompt": prompt.name, "prompt_sha256": prompt.sha256, "concurrency": concurrency,
+                    "prompt_tokens_requested": prompt.requested_tokens, "prompt_tokens_counted": prompt.tokens,
                     "prompt_tokens": summarize([r.prompt_tokens for r in results]),
                     "ttft_s": summarize([r.ttft_s for r in results]),
                     "decode_tok_s": summarize([r.decode_tok_s for r in results]),
@@ -233,9 +229,13 @@ def run_benchmark(endpoint: Endpoint, prompts: list[Prompt], concurrencies: list
                     "errors": [r.error for r in results if r.error],
                     "requests": [asdict(r) for r in results],
                     "groups": group_results,
+                    "spec_decode": speculation.summary(speculation.delta(before, after)),
                 })
-    after = endpoint.metrics()
-    return {"cells": cells, "spec_decode": spec_decode(before, after)}
+                before = after
+    return {"cells": cells, "spec_decode": speculation.summary(speculation.delta(first, after)),
+            "speculation": speculation.favoured_lengths([
+                {"prompt": c["prompt"], "concurrency": c["concurrency"], "decode_tok_s": c["decode_tok_s"]["mean"],
+                 "spec": c["spec_decode"]} for c in cells])}
 
 
 def read_api_key(api_key_env: str, api_key_file: str | None) -> str | None:
@@ -256,10 +256,7 @@ def through_site(stack: ExitStack, site_file: Path, accept_new: bool) -> tuple[s
     never printed) and what it serves (profile, image ID, model revision, read on the head)."""
     site = load_site(site_file)
     settings = {**default_settings(), **site.settings}
-    try:
-        client = stack.enter_context(head_of(site, accept_new))
-    except UnknownHostKey as error:
-        raise click.ClickException(str(error)) from None
+    client = stack.enter_context(head_of(site, accept_new))
     port = stack.enter_context(forward(client, settings["api_host"], settings["api_port"]))
     key = read_secret(client, f"{settings['state_dir']}/api-key")
     identity = serving_identity(client, settings["state_dir"])
@@ -276,7 +273,8 @@ def through_site(stack: ExitStack, site_file: Path, accept_new: bool) -> tuple[s
 @click.option("--site", "site_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="Reach the head of this site file through an SSH tunnel; read the key, profile, image and model revision there.")
 @click.option("--accept-new-host-key", is_flag=True, help="Record a node's SSH host key seen for the first time (else an error).")
-@click.option("--prompt-tokens", default="10000,200000,300000", show_default=True, help="Prompt sizes, comma-separated.")
+@click.option("--prompt-tokens", default=",".join(map(str, PUBLISHED_SIZES)), show_default=True,
+              help="Prompt sizes in the server's tokens, comma-separated (default: the published runs' 10K/200K/300K).")
 @click.option("--concurrency", default="1,4", show_default=True, help="Concurrencies, comma-separated (1 = sequential).")
 @click.option("--requests", "groups", default=3, show_default=True, help="Requests (C1) or groups (C>1) per cell.")
 @click.option("--max-tokens", default=256, show_default=True, help="Output length of every request.")
@@ -291,7 +289,6 @@ def through_site(stack: ExitStack, site_file: Path, accept_new: bool) -> tuple[s
 def main(url, model, api_key_env, api_key_file, site_file, accept_new_host_key, prompt_tokens, concurrency, groups, max_tokens,
          ignore_eos, profile, model_revision, image_id, via_ssh, ssh_key, telemetry, out_dir):
     """Measure decode tok/s, TTFT and aggregate throughput; write raw JSON."""
-    prompts = [make_prompt(int(size)) for size in prompt_tokens.split(",")]
     concurrencies = [int(c) for c in concurrency.split(",")]
     endpoint = Endpoint(url.rstrip("/"), model, read_api_key(api_key_env, api_key_file))
     identity = {}
@@ -305,14 +302,15 @@ def main(url, model, api_key_env, api_key_file, site_file, accept_new_host_key, 
             endpoint.url = f"http://127.0.0.1:{port}"
             click.echo(f"--> API at {url} on {via_ssh}, tunnelled to 127.0.0.1:{port}")
         endpoint.model = endpoint.model or served_model(endpoint)
+        prompts = fit_prompts(endpoint, [int(size) for size in prompt_tokens.split(",")], max_tokens)
         streams = {}
         for spec in telemetry:
             client = stack.enter_context(connect(Target.parse(spec, ssh_key), accept_new=accept_new_host_key))
-            streams[spec] = LineStream(client, f"nvidia-smi --query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits -l 1")
+            streams[spec] = LineStream(client, f"nvidia-smi --query-gpu={TELEMETRY_QUERY} --format=csv -l 1")
         started = datetime.now(UTC)
         warm_up(endpoint, prompts[0])
         measured = run_benchmark(endpoint, prompts, concurrencies, groups, max_tokens, ignore_eos)
-        samples = {spec: telemetry_rows(stream.stop()) for spec, stream in streams.items()}
+        samples = {spec: parse_nvidia_smi_csv(stream.stop()) for spec, stream in streams.items()}
     profile = profile or identity.get("profile", "unknown")
     record = {
         "schema_version": SCHEMA_VERSION,
@@ -321,7 +319,7 @@ def main(url, model, api_key_env, api_key_file, site_file, accept_new_host_key, 
         "model_revision": model_revision or identity.get("model_revision", "unknown"),
         "runtime_image_id": image_id or identity.get("image_id", "unknown"), "git_revision": git_revision(),
         "settings": {"url": url, "via_ssh": via_ssh, "site": str(site_file) if site_file else None,
-                     "prompt_tokens": [p.approx_tokens for p in prompts],
+                     "prompt_tokens": [p.requested_tokens for p in prompts],
                      "concurrency": concurrencies, "requests_per_cell": groups, "max_tokens": max_tokens,
                      "temperature": 0.0, "ignore_eos": ignore_eos, "warmup_requests": 1},
         **measured,
@@ -347,7 +345,11 @@ def print_summary(record: dict) -> None:
     spec = record["spec_decode"]
     if spec["drafts"]:
         click.echo(f"speculative decoding: {spec['drafts']:.0f} drafts, acceptance {spec['acceptance_rate']:.1%}, "
-                   f"{spec['accepted_per_draft']:.2f} accepted tokens per draft")
+                   f"{spec['accepted_per_draft']:.2f} accepted tokens per draft; by position "
+                   + " ".join(f"{rate:.0%}" for rate in spec["acceptance_per_position"]))
+    for row in record["speculation"]:
+        verdict = row["why"] or f"favours {row['favoured_length']} speculative tokens (of {row['measured_length']} measured)"
+        click.echo(f"  {row['prompt']} C{row['concurrency']}: {verdict}")
 
 
 if __name__ == "__main__":

@@ -4,7 +4,14 @@ from pathlib import Path
 
 import pytest
 
-from bench.parsers import parse_all_reduce_perf, parse_ib_write_bw, parse_iperf3, parse_ping, parse_prometheus
+from bench.parsers import (
+    parse_all_reduce_perf,
+    parse_ib_write_bw,
+    parse_iperf3,
+    parse_nvidia_smi_csv,
+    parse_ping,
+    parse_prometheus,
+)
 
 FIXTURES = Path(__file__).parent / "fixtures"
 
@@ -81,3 +88,24 @@ def test_prometheus_sums_label_sets():
     assert metrics.get("vllm:spec_decode_num_accepted_tokens_per_pos_total") == 2.0  # positions 0, 1, 2: 2 + 0 + 0
     assert metrics.get("vllm:generation_tokens_total") == 20.0
     assert metrics.unreadable == []
+
+
+def test_nvidia_smi_csv_with_units_and_gb10_na_memory():
+    """--format=csv as a GB10 writes it: units in the header and the values, memory [N/A]."""
+    rows = parse_nvidia_smi_csv([
+        "timestamp, name, utilization.gpu [%], memory.used [MiB], temperature.gpu, power.draw [W], clocks.current.sm [MHz]",
+        "2026/07/19 12:04:52.344, NVIDIA GB10, 96 %, [N/A], 56, 66.53 W, 2476 MHz",
+        "timestamp, name, utilization.gpu [%], memory.used [MiB], temperature.gpu, power.draw [W], clocks.current.sm [MHz]",
+        "2026/07/19 12:04:53.344, NVIDIA GB10, 0 %, Not Supported, 57, 13.50 W, 2398 MHz",
+        "NVIDIA-SMI has failed because it couldn't communicate with the NVIDIA driver",
+    ])
+    assert rows == [
+        {"timestamp": "2026/07/19 12:04:52.344", "name": "NVIDIA GB10", "utilization.gpu": 96.0, "memory.used": None,
+         "temperature.gpu": 56.0, "power.draw": 66.53, "clocks.current.sm": 2476.0},
+        {"timestamp": "2026/07/19 12:04:53.344", "name": "NVIDIA GB10", "utilization.gpu": 0.0, "memory.used": None,
+         "temperature.gpu": 57.0, "power.draw": 13.5, "clocks.current.sm": 2398.0},
+    ]
+
+
+def test_nvidia_smi_csv_without_a_header_reads_nothing():
+    assert parse_nvidia_smi_csv(["2026/07/19 12:04:52.344, NVIDIA GB10, 96 %"]) == []

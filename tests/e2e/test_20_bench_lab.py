@@ -10,8 +10,9 @@ from pathlib import Path
 import pytest
 import requests
 
+from bench.parsers import parse_nvidia_smi_csv
 from bench.remote import LineStream, Target, connect, forward
-from bench.serving import TELEMETRY_QUERY, telemetry_rows
+from bench.serving import TELEMETRY_QUERY
 from lab.config import DEPLOY_USER, LAB_DIR, NODES
 from tests.e2e.conftest import LAB_ENV, REPO
 
@@ -44,11 +45,12 @@ def test_fabric_benchmark_measures_what_the_lab_has(converged, tmp_path):
 
 def test_telemetry_keeps_gb10_na_memory_as_none(converged):
     with ssh(NODES["head"]) as client:
-        stream = LineStream(client, f"nvidia-smi --query-gpu={TELEMETRY_QUERY} --format=csv,noheader,nounits -l 1")
+        stream = LineStream(client, f"nvidia-smi --query-gpu={TELEMETRY_QUERY} --format=csv -l 1")
         time.sleep(3.5)
-        rows = telemetry_rows(stream.stop())
+        rows = parse_nvidia_smi_csv(stream.stop())
     assert len(rows) >= 2
-    assert all(row["name"] == "NVIDIA GB10" and row["memory.used"] is None and row["temperature.gpu"] == 42.0 for row in rows)
+    assert all(row["name"] == "NVIDIA GB10" and row["memory.used"] is None and row["temperature.gpu"] == 42.0
+               and row["power.draw"] == 4.31 for row in rows)
 
 
 def test_tunnel_reaches_an_api_on_the_heads_loopback(converged):
