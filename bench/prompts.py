@@ -60,7 +60,7 @@ def rough_prompt(approx_tokens: int, seed: int = 0) -> Prompt:
 
 def fit_prompt(tokens: int, count: Callable[[str], int], seed: int = 0, max_calls: int = 40) -> Prompt:
     """The longest prefix of the log that, with the task, ``count`` (the server's /tokenize of the
-    chat prompt) puts at ``tokens`` or just under; within TOLERANCE of the request or PromptError.
+    chat prompt) puts at ``tokens`` or just under: within TOLERANCE (or one token) or PromptError.
 
     Tokens grow almost linearly with characters, so each guess interpolates between the closest
     counts below and above the target; a guess that would not narrow the bracket bisects it."""
@@ -85,7 +85,7 @@ def fit_prompt(tokens: int, count: Callable[[str], int], seed: int = 0, max_call
             break
         guess = next_guess(low, seen[low], high, seen.get(high), tokens)
     best = min((chars for chars in seen if seen[chars] <= tokens), key=lambda chars: tokens - seen[chars])
-    if tokens - seen[best] > tokens * TOLERANCE:
+    if tokens - seen[best] > max(tokens * TOLERANCE, 1):
         raise PromptError(f"could not size a prompt to {tokens} tokens: the closest below was {seen[best]}")
     return Prompt(label(tokens), tokens, log[:best] + TASK, seen[best])
 

@@ -56,7 +56,7 @@ def test_the_report_reproduces_the_published_figures(tmp_path):
     assert result.returncode == 0, result.stderr
     rows = table((tmp_path / "report.md").read_text(), "## Published runs")
     seen = {}
-    for profile, stamp, prompt, tokens, c, requests, decode, aggregate, ttft in rows:
+    for profile, _stamp, prompt, _tokens, c, _requests, decode, aggregate, _ttft in rows:
         seen.setdefault((profile, int(c)), {})[prompt] = decode if c == "1" else aggregate
     assert {key: tuple(float(seen[key][p]) for p in ("10K", "200K", "300K")) for key in seen} == FACTS
     assert "| adaptive | 20260719T193858Z | 10K | 9028 | 1 | 3 |" in (tmp_path / "report.md").read_text()

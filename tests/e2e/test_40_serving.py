@@ -168,6 +168,7 @@ def test_bench_reads_what_the_nodes_serve_and_never_records_the_key(serving, tmp
     record = json.loads(raw.read_text())
     OUTPUTS.append(raw.read_text())
     assert record["profile"] == "adaptive" and record["model"] == "tiny"
+    assert abs(record["cells"][0]["prompt_tokens"]["mean"] - 100) <= 1  # sized by /tokenize through the tunnel
     assert record["runtime_image_id"].startswith("sha256:") and record["model_revision"] == "/srv/lab-models/tiny-llama"
 
 

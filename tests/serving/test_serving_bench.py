@@ -9,36 +9,72 @@ from xml.etree import ElementTree
 
 import pytest
 
-from bench.prompts import make_prompt
-from bench.serving import Endpoint, run_benchmark, warm_up
+from bench.prompts import TOLERANCE
+from bench.serving import Endpoint, fit_prompts, run_benchmark, warm_up
 from tests.serving.conftest import API_KEY
 
 pytestmark = pytest.mark.end_to_end
 REPO = Path(__file__).resolve().parents[2]
-PROMPTS = [make_prompt(200), make_prompt(800)]
+SIZES = [300, 1500]  # a character-sized prompt read 862 and 3,983 tokens for these on this tokenizer
 MAX_TOKENS = 48
 
 
 @pytest.fixture(scope="module")
 def endpoint(vllm_server):
-    endpoint = Endpoint(vllm_server, "tiny", API_KEY)
-    warm_up(endpoint, PROMPTS[0])
-    return endpoint
+    return Endpoint(vllm_server, "tiny", API_KEY)
 
 
 @pytest.fixture(scope="module")
-def measured(endpoint):
+def prompts(endpoint):
+    prompts = fit_prompts(endpoint, SIZES, MAX_TOKENS)
+    warm_up(endpoint, prompts[0])
+    return prompts
+
+
+@pytest.fixture(scope="module")
+def measured(endpoint, prompts):
     before = endpoint.metrics()
-    record = run_benchmark(endpoint, PROMPTS, [1, 4], groups=3, max_tokens=MAX_TOKENS, ignore_eos=True, show_progress=False)
+    record = run_benchmark(endpoint, prompts, [1, 4], groups=3, max_tokens=MAX_TOKENS, ignore_eos=True, show_progress=False)
     after = endpoint.metrics()
     return before, record, after
+
+
+def test_every_prompt_is_the_requested_size_in_the_servers_tokens(measured):
+    """What the server counted for each request (usage.prompt_tokens) is within 0.5% of the request."""
+    _, record, _ = measured
+    for cell, size in zip(record["cells"][::2], SIZES):
+        assert cell["prompt_tokens_requested"] == size
+        served = {r["prompt_tokens"] for r in cell["requests"]}
+        assert served == {cell["prompt_tokens_counted"]}, "/tokenize and the chat request counted differently"
+        assert abs(cell["prompt_tokens_counted"] - size) <= size * TOLERANCE
+
+
+def test_per_position_acceptance_sums_to_the_accepted_token_counter(measured):
+    before, record, after = measured
+    accepted = after.get("vllm:spec_decode_num_accepted_tokens_total") - before.get("vllm:spec_decode_num_accepted_tokens_total")
+    spec = record["spec_decode"]
+    assert len(spec["accepted_per_position"]) == 3  # num_speculative_tokens
+    assert sum(spec["accepted_per_position"]) == spec["accepted_tokens"] == accepted > 0
+    assert sum(sum(cell["spec_decode"]["accepted_per_position"]) for cell in record["cells"]) == accepted
+    assert spec["acceptance_per_position"] == sorted(spec["acceptance_per_position"], reverse=True)
+    lengths = spec["draft_lengths"]
+    assert [length["num_speculative_tokens"] for length in lengths] == [0, 1, 2, 3]
+    assert lengths[-1]["expected_accepted"] == pytest.approx(spec["accepted_per_draft"])
+
+
+def test_each_prompt_gets_a_draft_length_verdict_per_concurrency(measured):
+    _, record, _ = measured
+    verdicts = {(row["prompt"], row["concurrency"]): row for row in record["speculation"]}
+    assert set(verdicts) == {(label, c) for label in ("300", "1500") for c in (1, 4)}
+    for row in verdicts.values():
+        assert (row["favoured_length"] in range(4)) != bool(row["why"]), row
 
 
 def test_completion_tokens_match_vllm_metrics(measured):
     before, record, after = measured
     counted = sum(cell["completion_tokens"] for cell in record["cells"])
     assert counted == after.get("vllm:generation_tokens_total") - before.get("vllm:generation_tokens_total")
-    assert counted == len(PROMPTS) * (3 * 1 + 3 * 4) * MAX_TOKENS
+    assert counted == len(SIZES) * (3 * 1 + 3 * 4) * MAX_TOKENS
     assert all(not cell["errors"] for cell in record["cells"])
 
 
@@ -83,11 +119,11 @@ def test_per_request_timings_are_consistent(measured):
         assert stats["n"] == len(cell["requests"]) and stats["p50"] <= stats["p95"]
 
 
-def run_cli(tmp_path, vllm_server, env_key, profile="cpu-tiny"):
+def run_cli(tmp_path, vllm_server, env_key, profile="cpu-tiny", prompt_tokens="300", max_tokens="16"):
     env = {"PATH": "/usr/bin:/bin", **({"VLLM_API_KEY": env_key} if env_key else {})}
     return subprocess.run(
-        [sys.executable, "-m", "bench.serving", "--url", vllm_server, "--model", "tiny", "--prompt-tokens", "300",
-         "--concurrency", "1,2", "--requests", "2", "--max-tokens", "16", "--profile", profile,
+        [sys.executable, "-m", "bench.serving", "--url", vllm_server, "--model", "tiny", "--prompt-tokens", prompt_tokens,
+         "--concurrency", "1,2", "--requests", "2", "--max-tokens", max_tokens, "--profile", profile,
          "--out", str(tmp_path)], cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
     )
 
@@ -100,10 +136,21 @@ def test_cli_writes_raw_json_and_never_the_key(tmp_path, vllm_server):
     record = json.loads(text)
     assert record["schema_version"] == 1 and record["profile"] == "cpu-tiny"
     assert record["settings"]["max_tokens"] == 16 and record["settings"]["temperature"] == 0.0
-    assert record["cells"][0]["prompt_sha256"] == make_prompt(300).sha256
+    cell = record["cells"][0]
+    assert abs(cell["prompt_tokens"]["mean"] - 300) <= 300 * TOLERANCE and cell["prompt_tokens_counted"] == cell["prompt_tokens"]["mean"]
     assert len(record["git_revision"]) >= 7
     for output in (text, result.stdout, result.stderr):
         assert API_KEY not in output
+
+
+def test_a_prompt_with_no_room_for_the_output_is_refused_before_any_request(tmp_path, vllm_server, endpoint):
+    before = endpoint.metrics().get("vllm:request_success_total")
+    result = run_cli(tmp_path, vllm_server, API_KEY, prompt_tokens="300,4000", max_tokens="256")
+    assert result.returncode != 0 and "Traceback" not in result.stderr
+    assert ("--prompt-tokens 4000 plus --max-tokens 256 is more than the served max model length 4096. "
+            "Fix: ask for at most 3840 prompt tokens") in " ".join(result.stderr.split())
+    assert endpoint.metrics().get("vllm:request_success_total") == before
+    assert not list(tmp_path.glob("serving-*.json"))
 
 
 def test_cli_without_the_key_says_so(tmp_path, vllm_server):
@@ -134,3 +181,26 @@ def test_report_compares_profiles_from_raw_json(tmp_path, vllm_server):
         bars = [rect for rect in svg.iter("{http://www.w3.org/2000/svg}rect") if rect.get("height") not in (None, "12", "360")]
         assert len(bars) == 2, chart  # one prompt, two profiles
     print(f"report and charts for review: {out}")
+
+
+def test_report_sets_a_run_beside_a_reference_in_the_published_format(tmp_path, vllm_server):
+    """A reference directory of the published layout whose cells have this server's prompt tokens:
+    our cells are matched to them by the tokens the server counted, with ratios ours/reference."""
+    result = run_cli(tmp_path / "ours", vllm_server, API_KEY, profile="cpu-ngram-a")
+    assert result.returncode == 0, result.stderr
+    reference = tmp_path / "reference/results/raw/cpu-ngram-a/20260101T000000Z"
+    reference.mkdir(parents=True)
+    for concurrency in (1, 2):
+        (reference / f"book-context-1k-c{concurrency}.json").write_text(json.dumps({
+            "configuration": {"max_tokens": 16, "concurrency": concurrency},
+            "summary": {"request_count": 2 * concurrency, "mean_prompt_tokens": 300, "mean_ttft_seconds": 0.5,
+                        "mean_decode_tokens_per_second": 100.0, "mean_group_aggregate_tokens_per_second": 200.0}}))
+    out = tmp_path / "report"
+    result = subprocess.run([sys.executable, "-m", "bench.report", str(tmp_path / "ours"), "--reference", str(tmp_path / "reference"),
+                             "--out", str(out)], cwd=REPO, capture_output=True, text=True)
+    assert result.returncode == 0, result.stderr
+    assert "2 of 2 cells matched a published one" in result.stdout
+    for row in json.loads((out / "report.json").read_text())["against_published"]:
+        assert row["ratio"]["decode_tok_s"] == pytest.approx(row["ours"]["decode_tok_s"] / 100.0)
+        assert row["ratio"]["aggregate_tok_s"] == pytest.approx(row["ours"]["aggregate_tok_s"] / 200.0)
+    assert (out / "c2_aggregate_vs_published.svg").exists()
