@@ -97,7 +97,11 @@ def bar_chart(title: str, unit: str, groups: list[str], series: dict[str, list[f
               captions: dict[str, list[str]] | None = None) -> str:
     """A grouped bar chart as standalone SVG: one group per prompt, one bar per series, each bar
     labelled with its value (or its caption, when given)."""
-    width, height, left, bottom, top = 720, 360, 70, 50, 50
+    per_row = 3  # legend entries per line
+    legend_rows = -(-len(series) // per_row)
+    width, left, top = 720, 70, 50
+    bottom = 32 + 18 * legend_rows
+    height = 310 + bottom
     plot_w, plot_h = width - left - 20, height - top - bottom
     peak = nice_ceiling(max([v for values in series.values() for v in values if v is not None] + [1e-9]))
     slot = plot_w / max(len(groups), 1)
@@ -124,9 +128,9 @@ def bar_chart(title: str, unit: str, groups: list[str], series: dict[str, list[f
             caption = (captions or {}).get(name, [None] * len(groups))[g] or number(value)
             parts.append(f'<text x="{x + bar / 2:.1f}" y="{top + plot_h - h - 4:.1f}" text-anchor="middle" font-size="10">{escape(caption)}</text>')
     for s, name in enumerate(series):
-        x = left + s * (width - left) / max(len(series), 1)
-        parts.append(f'<rect x="{x}" y="{height - 18}" width="12" height="12" fill="{PALETTE[s % len(PALETTE)]}"/>')
-        parts.append(f'<text x="{x + 16}" y="{height - 8}">{escape(name)}</text>')
+        x, y = left + (s % per_row) * (width - left) / per_row, height - 18 * (legend_rows - s // per_row)
+        parts.append(f'<rect x="{x:.1f}" y="{y}" width="12" height="12" fill="{PALETTE[s % len(PALETTE)]}"/>')
+        parts.append(f'<text x="{x + 16:.1f}" y="{y + 10}">{escape(name)}</text>')
     parts.append(f'<line x1="{left}" y1="{top + plot_h}" x2="{width - 20}" y2="{top + plot_h}" stroke="black"/>')
     return "\n".join(parts + ["</svg>"]) + "\n"
 
@@ -265,11 +269,16 @@ def charts_against(rows: list[dict]) -> dict[str, str]:
                 ours, theirs = f"{profile} (ours)", f"{profile} (published)"
                 series[ours] = [by_prompt[p]["ours"][metric] if p in by_prompt else None for p in prompts]
                 series[theirs] = [by_prompt[p]["published"][metric] if p in by_prompt else None for p in prompts]
-                captions[ours] = [f"{number(by_prompt[p]['ours'][metric])} ({ratio(by_prompt[p]['ratio'][metric])})"
+                captions[ours] = [caption(by_prompt[p]["ours"][metric], by_prompt[p]["ratio"][metric], len(at) > len(prompts))
                                   if p in by_prompt and by_prompt[p]["ratio"][metric] else None for p in prompts]
             drawn[f"c{concurrency}_{title}_vs_published.svg"] = bar_chart(
-                f"C{concurrency} {title} (mean): ours vs published, ratio in brackets", "tok/s", prompts, series, captions)
+                f"C{concurrency} {title} (mean): ours vs published, with the ratio ours/published", "tok/s", prompts, series, captions)
     return drawn
+
+
+def caption(value: float, against: float, crowded: bool) -> str:
+    """An ours bar's label: its value and the ratio, or only the ratio where bars are narrow."""
+    return ratio(against) if crowded else f"{number(value)} ({ratio(against)})"
 
 
 @click.command()

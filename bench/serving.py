@@ -302,6 +302,7 @@ def main(url, model, api_key_env, api_key_file, site_file, accept_new_host_key, 
             endpoint.url = f"http://127.0.0.1:{port}"
             click.echo(f"--> API at {url} on {via_ssh}, tunnelled to 127.0.0.1:{port}")
         endpoint.model = endpoint.model or served_model(endpoint)
+        click.echo(f"--> sizing prompts of {prompt_tokens} tokens with the server's /tokenize")
         prompts = fit_prompts(endpoint, [int(size) for size in prompt_tokens.split(",")], max_tokens)
         streams = {}
         for spec in telemetry:
