@@ -174,7 +174,7 @@ def parse_nvidia_smi_csv(lines: list[str]) -> list[dict]:
 def _csv_value(name: str, value: str):
     if value in ("[N/A]", "N/A", "[Not Supported]", "Not Supported", ""):
         return None
-    number = re.fullmatch(r"(-?[\d.]+)(?: \S+)?", value)
+    number = re.fullmatch(r"(-?\d+(?:\.\d+)?)(?: \S+)?", value)
     if name in ("timestamp", "name", "pci.bus_id", "driver_version", "uuid") or not number:
         return value
     return float(number.group(1))

@@ -66,11 +66,12 @@ def read_cell(path: Path, profile: str) -> dict:
     missing = [name for name in SUMMARY_FIELDS if not isinstance(summary.get(name), int | float)]
     if missing:
         raise ReferenceError(f"{path}: summary.{missing[0]} is missing or not a number")
+    configuration = data.get("configuration") if isinstance(data.get("configuration"), dict) else {}
     delta_path = path.with_name(path.name.removesuffix(".json") + ".speculative-delta.json")
     return {
         "source": "published", "profile": profile, "file": str(path),
         "prompt": f"{size}K", "prompt_tokens": summary["mean_prompt_tokens"], "concurrency": int(concurrency),
-        "max_tokens": data.get("configuration", {}).get("max_tokens"),
+        "max_tokens": configuration.get("max_tokens"),
         "requests": summary.get("request_count"),
         "decode_tok_s": summary["mean_decode_tokens_per_second"],
         "aggregate_tok_s": summary["mean_group_aggregate_tokens_per_second"],

@@ -14,7 +14,7 @@ from tests.test_facts import FIXTURES, facts_of_this_project
 
 HERE = Path(__file__).parent
 REAL_LINES = sorted({line for path in FIXTURES for line in json.loads(path.read_text())["output"]})
-BENCH_TEXTS = [path.read_text() for path in sorted((HERE / "bench/fixtures").iterdir())]
+BENCH_TEXTS = [path.read_text() for path in sorted((HERE / "bench/fixtures").rglob("*")) if path.is_file()]
 JUNK = st.text(alphabet=st.characters(blacklist_categories=("Cs",), blacklist_characters="\n\r"), max_size=80)
 
 
@@ -101,3 +101,10 @@ def test_prometheus_never_raises(text):
 def test_prometheus_names_junk():
     metrics = parsers.parse_prometheus("vllm:ok_total 3\nthis is not a sample\n# HELP fine\n")
     assert metrics.totals == {"vllm:ok_total": 3.0} and metrics.unreadable == ["this is not a sample"]
+
+
+@PROFILE
+@given(text=mangled_texts())
+def test_nvidia_smi_csv_never_raises(text):
+    rows = parsers.parse_nvidia_smi_csv(text.splitlines())
+    assert all(isinstance(row, dict) and all(isinstance(key, str) for key in row) for row in rows)

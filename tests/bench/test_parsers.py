@@ -107,5 +107,10 @@ def test_nvidia_smi_csv_with_units_and_gb10_na_memory():
     ]
 
 
+def test_nvidia_smi_csv_keeps_what_is_not_a_number_as_text():
+    rows = parse_nvidia_smi_csv(["power.draw [W], temperature.gpu", "., 1.2.3 C"])
+    assert rows == [{"power.draw": ".", "temperature.gpu": "1.2.3 C"}]
+
+
 def test_nvidia_smi_csv_without_a_header_reads_nothing():
     assert parse_nvidia_smi_csv(["2026/07/19 12:04:52.344, NVIDIA GB10, 96 %"]) == []
