@@ -230,6 +230,8 @@ def reference_markdown(reference: list[dict], rows: list[dict], folder: Path) ->
         for cell in run["cells"]:
             lines.append(f"| {run['profile']} | {run['stamp']} | {cell['prompt']} | {cell['prompt_tokens']:.0f} | {cell['concurrency']} "
                          f"| {cell['requests'] or '-'} | {fmt(cell['decode_tok_s'])} | {fmt(cell['aggregate_tok_s'])} | {fmt(cell['ttft_s'])} |")
+    lines += [""] + [f"- {run['profile']} settings (`profile.env`): " + (", ".join(f"{key}={value}" for key, value in run["env"].items()) or "none kept")
+                     for run in reference]
     lines += ["", "| profile | node | samples | mean GPU util % | mean power W | peak temperature C | peak memory used MiB |",
               "|---|---|---|---|---|---|---|"]
     for run in reference:

@@ -59,7 +59,10 @@ def test_the_report_reproduces_the_published_figures(tmp_path):
     for profile, _stamp, prompt, _tokens, c, _requests, decode, aggregate, _ttft in rows:
         seen.setdefault((profile, int(c)), {})[prompt] = decode if c == "1" else aggregate
     assert {key: tuple(float(seen[key][p]) for p in ("10K", "200K", "300K")) for key in seen} == FACTS
-    assert "| adaptive | 20260719T193858Z | 10K | 9028 | 1 | 3 |" in (tmp_path / "report.md").read_text()
+    text = (tmp_path / "report.md").read_text()
+    assert "| adaptive | 20260719T193858Z | 10K | 9028 | 1 | 3 |" in text
+    assert "- long-c4 settings (`profile.env`): DSPARK_VLLM_IMAGE=dual-spark-vllm:long-c4-stage-c, KV_CACHE_DTYPE=nvfp4_ds_mla" in text
+    assert "| adaptive | head | 4 | 71.8 | 48.0 | 61 | - |" in text  # memory.used was [N/A] on every sample
 
 
 def test_the_newest_stamp_of_a_profile_is_the_published_one():
