@@ -1,7 +1,7 @@
 """Long-context reliability probe: non-guessable codes planted at several depths of a long
-synthetic log, then an exact-match question for all of them; N trials per context size at
-temperature 0. Each answer is a pass, junk (every code right, plus other text) or a real
-failure (a code wrong or missing).
+synthetic log, then an exact-match question for all of them; N trials per context size (in the
+server's tokens, counted by its /tokenize) at temperature 0. Each answer is a pass, junk (every
+code right, plus other text) or a real failure (a code wrong or missing).
 
     python -m bench.longctx --model deepseek-v4-flash --sizes 74000,110000,148000,184000 --trials 5
 """
@@ -19,11 +19,10 @@ from pathlib import Path
 import click
 import requests
 
-from bench.prompts import WORDS, label
-from bench.serving import Endpoint, git_revision, read_api_key
+from bench.prompts import CHARS_PER_TOKEN, Log, PromptError, fit, label
+from bench.serving import Endpoint, git_revision, read_api_key, room_for
 
 SCHEMA_VERSION = 1
-CHARS_PER_TOKEN = 4
 STATIONS = ["Amber", "Birch", "Cobalt", "Dune", "Ember", "Fjord", "Garnet"]
 
 
@@ -36,6 +35,10 @@ class Haystack:
     text: str
     question: str
 
+    @property
+    def prompt(self) -> str:
+        return f"{self.text}\n\n{self.question}"
+
 
 def code(rng: random.Random) -> str:
     """A code no model can guess: QX7-4821-MZP."""
@@ -44,17 +47,14 @@ def code(rng: random.Random) -> str:
             f"{''.join(rng.choice(digits) for _ in range(4))}-{''.join(rng.choice(letters) for _ in range(3))}")
 
 
-def make_haystack(size: int, trial: int, needles: int = 3) -> Haystack:
+def make_haystack(size: int, trial: int, needles: int = 3, log: str | None = None) -> Haystack:
+    """The codes of trial ``trial`` planted in ``log`` (default: about ``size`` tokens of the
+    trial's synthetic log by characters; the probe fits it in the server's tokens)."""
     rng = random.Random(f"longctx:{size}:{trial}")
     stations = STATIONS[:needles]
     planted = {station: code(rng) for station in stations}
     depths = [(index + 1) / (needles + 1) for index in range(needles)]
-    lines, length, number = [], 0, 0
-    while length < size * CHARS_PER_TOKEN:
-        number += 1
-        line = f"[{number:06d}] " + " ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 14))) + "."
-        lines.append(line)
-        length += len(line) + 1
+    lines = (Log(f"longctx:{size}:{trial}").prefix(size * CHARS_PER_TOKEN) if log is None else log).splitlines()
     for station, depth in zip(reversed(stations), reversed(depths)):
         lines.insert(int(len(lines) * depth), f"[NOTICE] The access code for station {station} is {planted[station]}.")
     question = (f"The log above contains access codes for stations {', '.join(stations)}. "
@@ -77,7 +77,7 @@ def classify(needles: dict[str, str], answer: str) -> str:
 
 def ask(endpoint: Endpoint, haystack: Haystack, max_tokens: int) -> dict:
     body = {"model": endpoint.model, "temperature": 0.0, "max_tokens": max_tokens,
-            "messages": [{"role": "user", "content": f"{haystack.text}\n\n{haystack.question}"}]}
+            "messages": [{"role": "user", "content": haystack.prompt}]}
     try:
         response = requests.post(f"{endpoint.url}/v1/chat/completions", json=body, headers=endpoint.headers, timeout=endpoint.timeout)
         response.raise_for_status()
@@ -89,12 +89,24 @@ def ask(endpoint: Endpoint, haystack: Haystack, max_tokens: int) -> dict:
             "prompt_tokens": reply.get("usage", {}).get("prompt_tokens")}
 
 
+def sized_haystack(endpoint: Endpoint, size: int, trial: int, needles: int) -> Haystack:
+    """The trial's haystack with as much log as makes the whole chat prompt ``size`` tokens."""
+    log = Log(f"longctx:{size}:{trial}")
+    try:
+        haystack, _ = fit(size, lambda h: endpoint.tokenize(h.prompt)["count"],
+                          lambda chars: make_haystack(size, trial, needles, log.prefix(chars)))
+    except PromptError as error:
+        raise click.ClickException(f"--sizes: {error}") from None
+    return haystack
+
+
 def probe(endpoint: Endpoint, sizes: list[int], trials: int, needles: int, max_tokens: int) -> list[dict]:
+    room_for(endpoint, sizes, max_tokens, "--sizes")
     rows = []
     with click.progressbar(length=len(sizes) * trials, label="trials") as bar:
         for size in sizes:
             for trial in range(trials):
-                haystack = make_haystack(size, trial, needles)
+                haystack = sized_haystack(endpoint, size, trial, needles)
                 rows.append({"size": size, "trial": trial, "needles": haystack.needles, "depths": haystack.depths,
                              **ask(endpoint, haystack, max_tokens)})
                 bar.update(1)

@@ -12,6 +12,7 @@ import hashlib
 import random
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import TypeVar
 
 # About 4 characters per token for English-like text; only a first guess for the fit.
 CHARS_PER_TOKEN = 4
@@ -22,6 +23,7 @@ WORDS = (
     "latency request stream worker head model layer expert tensor parallel reduce link cable "
     "verify deploy profile serve queue commit build test result metric sample window context"
 ).split()
+T = TypeVar("T")
 TASK = "\n\nSummarize the log above in plain prose, then list what a maintainer should check first."
 
 
@@ -41,7 +43,7 @@ class Prompt:
         return hashlib.sha256(self.text.encode()).hexdigest()
 
 
-def log_text(chars: int, seed: int = 0) -> str:
+def log_text(chars: int, seed: int | str = 0) -> str:
     """The first ``chars`` characters of the synthetic log (a longer one starts the same way)."""
     rng = random.Random(seed)
     lines, size, number = [], 0, 0
@@ -53,27 +55,44 @@ def log_text(chars: int, seed: int = 0) -> str:
     return "\n".join(lines)[:chars]
 
 
+class Log:
+    """The synthetic log of one seed, generated as far as it has been asked for."""
+
+    def __init__(self, seed: int | str = 0):
+        self.seed, self.text = seed, ""
+
+    def prefix(self, chars: int) -> str:
+        if chars > len(self.text):
+            self.text = log_text(max(chars, 2 * len(self.text)), self.seed)
+        return self.text[:chars]
+
+
 def rough_prompt(approx_tokens: int, seed: int = 0) -> Prompt:
     """A prompt sized by characters, for a server that cannot count tokens (a stub)."""
     return Prompt(label(approx_tokens), approx_tokens, log_text(approx_tokens * CHARS_PER_TOKEN, seed) + TASK)
 
 
-def fit_prompt(tokens: int, count: Callable[[str], int], seed: int = 0, max_calls: int = 40) -> Prompt:
+def fit_prompt(tokens: int, count: Callable[[str], int], seed: int = 0) -> Prompt:
     """The longest prefix of the log that, with the task, ``count`` (the server's /tokenize of the
-    chat prompt) puts at ``tokens`` or just under: within TOLERANCE (or one token) or PromptError.
+    chat prompt) puts at ``tokens`` or just under."""
+    log = Log(seed)
+    text, counted = fit(tokens, count, lambda chars: log.prefix(chars) + TASK)
+    return Prompt(label(tokens), tokens, text, counted)
+
+
+def fit(tokens: int, count: Callable[[T], int], compose: Callable[[int], T], max_calls: int = 40) -> tuple[T, int]:
+    """What ``compose(chars)`` makes with the most characters of filler that ``count`` puts at
+    ``tokens`` or just under, and its count: within TOLERANCE (or one token) or PromptError.
 
     Tokens grow almost linearly with characters, so each guess interpolates between the closest
     counts below and above the target; a guess that would not narrow the bracket bisects it."""
-    log = log_text(tokens * CHARS_PER_TOKEN * 2, seed)
-    seen: dict[int, int] = {0: count(TASK)}
+    seen: dict[int, int] = {0: count(compose(0))}
     if seen[0] >= tokens:
-        raise PromptError(f"{tokens} tokens is less than the chat template and task alone ({seen[0]} tokens)")
-    low, high = 0, None  # characters of log: counts below / above the target
+        raise PromptError(f"{tokens} tokens is less than the chat template and fixed text alone ({seen[0]} tokens)")
+    low, high = 0, None  # characters of filler: counts below / above the target
     guess = tokens * CHARS_PER_TOKEN
     while len(seen) < max_calls:
-        if guess > len(log):
-            log = log_text(guess * 2, seed)
-        seen[guess] = count(log[:guess] + TASK)
+        seen[guess] = count(compose(guess))
         if seen[guess] == tokens:
             low = guess
             break
@@ -87,7 +106,7 @@ def fit_prompt(tokens: int, count: Callable[[str], int], seed: int = 0, max_call
     best = min((chars for chars in seen if seen[chars] <= tokens), key=lambda chars: tokens - seen[chars])
     if tokens - seen[best] > max(tokens * TOLERANCE, 1):
         raise PromptError(f"could not size a prompt to {tokens} tokens: the closest below was {seen[best]}")
-    return Prompt(label(tokens), tokens, log[:best] + TASK, seen[best])
+    return compose(best), seen[best]
 
 
 def next_guess(low: int, low_count: int, high: int | None, high_count: int | None, tokens: int) -> int:

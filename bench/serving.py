@@ -84,16 +84,21 @@ class Endpoint:
         return response.json()
 
 
-def fit_prompts(endpoint: Endpoint, sizes: list[int], max_tokens: int) -> list[Prompt]:
-    """Prompts of exactly (within 0.5%) ``sizes`` tokens as the server counts them; a size that
-    leaves no room for the output under the served max model length is refused first."""
+def room_for(endpoint: Endpoint, sizes: list[int], max_tokens: int, option: str = "--prompt-tokens") -> None:
+    """Refuse a prompt size that leaves no room for the output under the served max model length."""
     max_model_len = endpoint.tokenize("")["max_model_len"]
     for size in sizes:
         if size + max_tokens > max_model_len:
             raise click.ClickException(
-                f"--prompt-tokens {size} plus --max-tokens {max_tokens} is more than the served max model length "
+                f"{option} {size} plus --max-tokens {max_tokens} is more than the served max model length "
                 f"{max_model_len}. Fix: ask for at most {max_model_len - max_tokens} prompt tokens, or serve a "
                 "profile with a longer context (long-c4)")
+
+
+def fit_prompts(endpoint: Endpoint, sizes: list[int], max_tokens: int) -> list[Prompt]:
+    """Prompts of exactly (within 0.5%) ``sizes`` tokens as the server counts them; a size that
+    leaves no room for the output is refused first."""
+    room_for(endpoint, sizes, max_tokens)
     try:
         return [fit_prompt(size, lambda text: endpoint.tokenize(text)["count"]) for size in sizes]
     except PromptError as error:

@@ -42,7 +42,7 @@ def test_the_same_size_gives_the_same_text_and_a_larger_one_extends_it():
 
 def test_a_size_the_template_alone_exceeds_is_refused():
     count, _ = counter()
-    with pytest.raises(PromptError, match=r"less than the chat template and task alone"):
+    with pytest.raises(PromptError, match=r"less than the chat template and fixed text alone"):
         fit_prompt(10, count)
 
 

@@ -25,7 +25,7 @@ def test_probe_reports_a_verdict_per_trial(tmp_path, vllm_server):
     assert [row["size"] for row in record["table"]] == [300, 600]
     for row in record["table"]:
         assert row["fail"] + row["junk"] + row["pass"] == row["trials"] == 2
-        assert row["prompt_tokens"] > row["size"]  # the tiny tokenizer spends more tokens per character
+        assert abs(row["prompt_tokens"] - row["size"]) <= 1  # sized by /tokenize, counted so by the chat request
     # A 2-layer model with random weights retrieves nothing: every trial is a real failure.
     assert all(trial["verdict"] == "fail" and trial["error"] is None for trial in record["trials"])
     assert "real failures" in result.stdout
