@@ -19,7 +19,7 @@ from pathlib import Path
 import click
 import requests
 
-from bench.prompts import CHARS_PER_TOKEN, Log, PromptError, fit, label
+from bench.prompts import CHARS_PER_TOKEN, Log, PromptError, fit, label, log_text
 from bench.serving import Endpoint, git_revision, read_api_key, room_for
 
 SCHEMA_VERSION = 1
@@ -54,7 +54,7 @@ def make_haystack(size: int, trial: int, needles: int = 3, log: str | None = Non
     stations = STATIONS[:needles]
     planted = {station: code(rng) for station in stations}
     depths = [(index + 1) / (needles + 1) for index in range(needles)]
-    lines = (Log(f"longctx:{size}:{trial}").prefix(size * CHARS_PER_TOKEN) if log is None else log).splitlines()
+    lines = (log_text(size * CHARS_PER_TOKEN, f"longctx:{size}:{trial}") if log is None else log).splitlines()
     for station, depth in zip(reversed(stations), reversed(depths)):
         lines.insert(int(len(lines) * depth), f"[NOTICE] The access code for station {station} is {planted[station]}.")
     question = (f"The log above contains access codes for stations {', '.join(stations)}. "
