@@ -46,6 +46,7 @@ hf_endpoint = "https://huggingface.co"
 hf_token_file = "~/.cache/huggingface/token"  # on the head, the deploy user's; only gated repositories need it
 verify_model = "size"  # "full": hash every file of the model on both nodes again
 replication_streams = 4  # parallel TCP streams per fabric rail
+show_program_diffs = False  # the diff shows each changed helper program as one line; true: its full diff
 
 # QSFP fabric
 fabric_mtu = 9000

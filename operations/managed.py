@@ -1,16 +1,20 @@
 """Files and directories this project manages on the nodes: every path read in one round trip,
-only what differs uploaded (with its diff) or changed."""
+only what differs uploaded or changed. A configuration file shows its full diff; a program the
+project ships shows one line (its full diff on request)."""
 
 from __future__ import annotations
 
+import posixpath
 from pathlib import Path
 
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
 from pyinfra.api.util import get_file_sha256
+from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from facts.host_prep import FileDigests, FileInfo
+from operations.render import show_diff, show_line
 
 
 def file_differs(src: str, mode: str, info: FileInfo | None) -> bool:
@@ -19,30 +23,62 @@ def file_differs(src: str, mode: str, info: FileInfo | None) -> bool:
 
 
 def put_changed(entries: list[tuple[str, str, str]], current: dict[str, FileInfo]):
-    """pyinfra's files.put (root-owned) for each (source, destination, mode) that differs."""
+    """pyinfra's files.put (root-owned, its full diff shown) for each configuration file
+    (source, destination, mode) that differs."""
     for src, dest, mode in entries:
         if file_differs(src, mode, current.get(dest)):
             yield from files.put._inner(src=src, dest=dest, user="root", group="root", mode=mode, create_remote_dir=True)
 
 
-@operation()
-def managed_files(entries: list[tuple[str, str, str]], directories: list[tuple[str, str, str]] | None = None):
-    """
-    Put local files on the node (root-owned) and make directories with an owner and mode.
+def put_programs(programs: list[tuple[str, str, str]], current: dict[str, FileInfo], show_program_diffs: bool):
+    """Each program (source, destination, mode) that differs, uploaded root-owned. Its diff is one
+    line (path, lines, SHA-256, new or changed), or the full diff with ``show_program_diffs``."""
+    made: set[str] = set()
+    for src, dest, mode in programs:
+        info = current.get(dest)
+        if not file_differs(src, mode, info):
+            continue
+        exists = info is not None and info["kind"] == "file"
+        digest = get_file_sha256(src)
+        if exists and info["sha256"] == digest:
+            show_line(f"Will set {dest} to root:root, mode {mode} (now {info['owner']}, mode {info['mode']})")
+        else:
+            text = Path(src).read_text()
+            if show_program_diffs:
+                show_diff(dest, host.get_fact(FileContents, path=dest) if exists else None, text)
+            else:
+                show_line(f"Will {'modify' if exists else 'create'} {dest} (program, {len(text.splitlines())} lines, "
+                          f"sha256 {digest[:12]}{', was ' + info['sha256'][:12] if exists else ''}): "
+                          "full diff with --data show_program_diffs=true")
+            if not exists and posixpath.dirname(dest) not in made:
+                made.add(posixpath.dirname(dest))
+                yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(dest)))
+            yield FileUploadCommand(src, dest, remote_temp_filename=host.get_temp_filename(dest))
+        yield StringCommand("chown", "root:root", QuoteString(dest))
+        yield StringCommand("chmod", mode, QuoteString(dest))
 
-    + entries: (local source, remote destination, mode) of each file
+
+@operation()
+def managed_files(programs: list[tuple[str, str, str]], directories: list[tuple[str, str, str]] | None = None,
+                  show_program_diffs: bool = False):
+    """
+    Put the project's programs on the node (root-owned) and make directories with an owner and mode.
+    The diff shows one line per program that changes, unless ``show_program_diffs``.
+
+    + programs: (local source, remote destination, mode) of each program
     + directories: (path, owner user, mode) of each directory
+    + show_program_diffs: show each changed program's full diff instead of its one line
 
     **Example:**
 
     .. code:: python
 
-        managed_files(entries=[("files/runtime/model_sync.py", "/var/lib/dual-spark/bin/model_sync.py", "755")],
+        managed_files(programs=[("files/runtime/model_sync.py", "/var/lib/dual-spark/bin/model_sync.py", "755")],
                       directories=[("/var/lib/dual-spark/model", "spark", "755")])
     """
     directories = directories or []
-    current = host.get_fact(FileDigests, paths=[dest for _, dest, _ in entries] + [path for path, _, _ in directories])["files"]
-    changes = list(put_changed(entries, current))
+    current = host.get_fact(FileDigests, paths=[dest for _, dest, _ in programs] + [path for path, _, _ in directories])["files"]
+    changes = list(put_programs(programs, current, show_program_diffs))
     for path, user, mode in directories:
         info = current.get(path) or {"kind": "absent", "owner": None, "mode": None}
         if info["kind"] != "directory":
@@ -50,5 +86,5 @@ def managed_files(entries: list[tuple[str, str, str]], directories: list[tuple[s
         if info["kind"] != "directory" or info["owner"].split(":")[0] != user or info["mode"] != mode:
             changes.append(StringCommand("chown", QuoteString(f"{user}:"), QuoteString(path), "&&", "chmod", mode, QuoteString(path)))
     if not changes:
-        host.noop("up to date: " + ", ".join(Path(p).name for p in [d for _, d, _ in entries] + [p for p, _, _ in directories]))
+        host.noop("up to date: " + ", ".join(Path(p).name for p in [d for _, d, _ in programs] + [p for p, _, _ in directories]))
     yield from changes

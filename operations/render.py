@@ -35,6 +35,12 @@ def render(template: str, **values) -> str:
     return TEMPLATES.get_template(template).render(**values)
 
 
+def show_line(message: str) -> None:
+    """One line of the diff (a change told rather than shown), when diffs are on."""
+    if state.config.DIFF:
+        host.log(message, logger.info)
+
+
 def show_diff(path: str, current: list[str] | None, desired: str) -> None:
     """The unified diff from the node's lines to the desired text, when diffs are on."""
     if not state.config.DIFF:

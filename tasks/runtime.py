@@ -14,13 +14,14 @@ container = {"mounts": host.data.container_mounts, "env": host.data.container_en
 
 managed_files(
     name=f"Install the helpers (model hashing and replication, hub fetch, serving health and watchdog); give {user} the model directory",
-    entries=[
+    programs=[
         ("files/runtime/model_sync.py", where["model_sync"], "755"),
         ("files/runtime/fetch_model.py", where["fetch_model"], "755"),
         ("files/serving/health.py", where["health"], "755"),
         ("files/serving/watchdog.py", where["watchdog"], "755"),
     ],
     directories=[(host.data.model_dir, user, "755")],
+    show_program_diffs=host.data.show_program_diffs,
 )
 
 runtime_image(

@@ -1,14 +1,17 @@
 """A small fake host for testing operations without one, in the manner of pyinfra's own
 tests/util.py: facts come from a fixture (by fact name, then by arguments), commands are
-collected as text, the no-op description is recorded."""
+collected as text, the no-op description and what pyinfra's logger printed are recorded."""
 
 from __future__ import annotations
 
 import hashlib
 import json
+import logging
 from contextlib import ExitStack
 from types import SimpleNamespace
 
+import click
+from pyinfra import logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.api.util import get_kwargs_str
 from pyinfra.context import ctx_host, ctx_inventory, ctx_state
@@ -48,8 +51,8 @@ class FakeHost:
     def noop(self, description: str) -> None:
         self.noop_description = description
 
-    def log(self, message: str, log_func=None) -> None:
-        pass
+    def log(self, message: str, log_func=logger.info) -> None:
+        log_func(f"{self.print_prefix}{message}")
 
     def connect(self, **kwargs) -> None:
         pass
@@ -85,12 +88,24 @@ def command_text(command) -> str | list:
     raise TypeError(f"{command!r} is not a pyinfra command")
 
 
+class Printed(logging.Handler):
+    """The lines pyinfra's logger prints, without colour."""
+
+    def __init__(self):
+        super().__init__()
+        self.lines: list[str] = []
+
+    def emit(self, record: logging.LogRecord) -> None:
+        self.lines.append(click.unstyle(record.getMessage()))
+
+
 def run_operation(op, case: dict) -> tuple[list, FakeHost]:
-    """Run an operation's generator against the fixture's host (and peer); its commands."""
+    """Run an operation's generator against the fixture's host (and peer), diffs on if the case
+    says ``"diff": true``; its commands, and the host with what was printed (``host.printed``)."""
     state = SimpleNamespace(
         is_executing=case.get("executing", False),
         failed_hosts=set(),
-        config=SimpleNamespace(DIFF=False, TEMP_DIR=None, DEFAULT_TEMP_DIR="/tmp"),
+        config=SimpleNamespace(DIFF=case.get("diff", False), TEMP_DIR=None, DEFAULT_TEMP_DIR="/tmp"),
         print_noop_info=False,
         cwd=None,
     )
@@ -104,11 +119,17 @@ def run_operation(op, case: dict) -> tuple[list, FakeHost]:
         hosts[peer.name] = peer
         if not reachable:
             state.failed_hosts.add(peer)
+    printed = Printed()
     with ExitStack() as stack:
+        logger.addHandler(printed)
+        stack.callback(logger.removeHandler, printed)
+        stack.callback(logger.setLevel, logger.level)
+        logger.setLevel(logging.INFO)
         stack.enter_context(ctx_state.use(state))
         stack.enter_context(ctx_host.use(host))
         stack.enter_context(ctx_inventory.use(FakeInventory(hosts)))
         commands = [command_text(command) for command in op._inner(**case.get("args", {}))]
+    host.printed = printed.lines
     return commands, host
 
 

@@ -1,6 +1,7 @@
 """Data-driven operation tests, as pyinfra tests its own: tests/operations/<module>.<operation>/
 <case>.json holds the arguments, the host (and peer) with the facts the operation reads, and the
-commands it must yield, or the no-op description, or the error it must raise."""
+commands it must yield, or the no-op description, or the error it must raise; with "diff": true,
+also the lines the diff prints ("printed")."""
 
 import importlib
 import inspect
@@ -27,6 +28,8 @@ def test_operation(fixture):
         return
     commands, host = run_operation(op, case)
     assert commands == case["commands"]
+    if "printed" in case:
+        assert host.printed == case["printed"]
     if not commands:
         assert host.noop_description == case["noop"]
 
