@@ -22,6 +22,12 @@ def unreachable(name: str, address: str, port: int) -> Check:
                  f"(`ssh -p {port} {address}` from here); then run the deploy again")
 
 
+def earlier_step_failed(name: str, step: str) -> Check:
+    """A node that answers over SSH but failed a step of this run (pyinfra skipped it since)."""
+    return Check(name, "steps of this run", FAIL, f"failed here: {step} (its error is above); later steps left this node out",
+                 "it answers over SSH: fix what that error says, then run the deploy again")
+
+
 def node_checks(name: str, data, readings: dict, peer_name: str, peer: dict | None) -> list[Check]:
     """Everything that must hold on one node for two-node serving, rails first. ``peer`` is the
     other node's readings, None when it did not answer."""

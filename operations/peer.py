@@ -18,13 +18,25 @@ def reachable_peer() -> Host | None:
     return peer if peer.connected else None
 
 
+def failed_step(node: Host) -> str | None:
+    """The name of the step of this run that failed on ``node`` (pyinfra then leaves the node out of
+    every later step, connection and all); None when none did."""
+    if node not in state.failed_hosts:
+        return None
+    for op_hash, op_data in state.ops.get(node, {}).items():
+        meta = op_data.operation_meta
+        if meta.is_complete() and not meta.did_succeed():
+            return ", ".join(sorted(state.get_op_meta(op_hash).names)) or "a step"
+    return "a step"
+
+
 def warn_unreachable(step: str) -> None:
     """Say the step waits for the peer, and why: a warning with what to check, and the no-op reason."""
     peer = inventory.get_host(host.data.peer_name)
     if peer.connected:
         host.noop(f"{step} waits: {peer.name} failed an earlier step")
-        logger.warning(f"{host.print_prefix}{peer.name} failed an earlier step of this run (its error is above): "
-                       f"{step} needs both nodes and is left for the next run.")
+        logger.warning(f"{host.print_prefix}{peer.name} failed an earlier step of this run ({failed_step(peer)}; its error is "
+                       f"above): {step} needs both nodes and is left for the next run.")
         return
     host.noop(f"{step} waits: {peer.name} does not answer")
     logger.warning(

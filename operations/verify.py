@@ -12,19 +12,18 @@ from pyinfra import host, inventory, state
 from pyinfra.api import QuoteString, StringCommand, operation
 
 from checks import FAIL, Check
-from checks.node import USERNS_KEY, node_checks, unreachable
+from checks.node import USERNS_KEY, earlier_step_failed, node_checks, unreachable
 from checks.table import failure_summary, render
 from facts.verify import Readiness, ping_targets
-from operations.peer import reachable_peer
+from operations.peer import failed_step, reachable_peer
 from operations.runtime import paths, smoke_marker
 from operations.serving import api_key_file
 
 
 def answers(node) -> bool:
-    """Connected, or connects now; False for a node that does not answer over SSH."""
-    if node in state.failed_hosts:
-        return False
-    if not node.connected:
+    """Connected, or connects now; False for a node that does not answer over SSH. A node that
+    failed a step of this run is read while its connection holds (it answers: the step failed)."""
+    if not node.connected and node not in state.failed_hosts:
         node.connect(show_errors=False)
     return bool(node.connected)
 
@@ -50,7 +49,7 @@ def read_node(node) -> dict | None:
 
 def all_checks(nodes: list, read: Callable = read_node, rules: Callable = node_checks) -> list[Check]:
     """Every row of both nodes (``read`` a node at the same time as the other, then ``rules``);
-    a node that does not answer is one FAIL row."""
+    a node that does not answer is one FAIL row, a node that failed a step of this run one more."""
     reads = {node.name: gevent.spawn(read, node) for node in nodes}
     readings = {name: greenlet.get() for name, greenlet in reads.items()}
     checks = []
@@ -58,8 +57,10 @@ def all_checks(nodes: list, read: Callable = read_node, rules: Callable = node_c
         mine = readings[node.name]
         if mine is None:
             checks.append(unreachable(node.name, node.data.ssh_hostname, node.data.ssh_port))
-        else:
-            checks += rules(node.name, node.data, mine, peer.name, readings[peer.name])
+            continue
+        if step := failed_step(node):
+            checks.append(earlier_step_failed(node.name, step))
+        checks += rules(node.name, node.data, mine, peer.name, readings[peer.name])
     return checks
 
 

@@ -108,6 +108,8 @@ def run_operation(op, case: dict) -> tuple[list, FakeHost]:
         config=SimpleNamespace(DIFF=case.get("diff", False), TEMP_DIR=None, DEFAULT_TEMP_DIR="/tmp"),
         print_noop_info=False,
         cwd=None,
+        ops={},
+        get_op_meta=lambda op_hash: SimpleNamespace(names={op_hash}),
     )
     host_case = case["host"]
     host = FakeHost(host_case["name"], host_case.get("data", {}), host_case.get("facts", {}), state)
@@ -119,6 +121,10 @@ def run_operation(op, case: dict) -> tuple[list, FakeHost]:
         hosts[peer.name] = peer
         if not reachable:
             state.failed_hosts.add(peer)
+        if "failed_step" in case["peer"]:  # it answers, but a step of this run failed on it
+            state.failed_hosts.add(peer)
+            failed = SimpleNamespace(is_complete=lambda: True, did_succeed=lambda: False)
+            state.ops[peer] = {case["peer"]["failed_step"]: SimpleNamespace(operation_meta=failed)}
     printed = Printed()
     with ExitStack() as stack:
         logger.addHandler(printed)
