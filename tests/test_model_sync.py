@@ -3,6 +3,7 @@ files, real TCP streams on loopback addresses; only ssh is a stand-in (tests/mod
 
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -135,14 +136,81 @@ def test_a_rail_that_does_not_answer_is_skipped_and_said(model, tmp_path):
 
 
 def test_the_copy_mirrors_the_manifest(model, tmp_path):
-    """An older model's shard on the worker goes (vLLM would load every *.safetensors there)."""
+    """An older model's shard in the worker's model directory (the deploy's: it carries the marker)
+    goes (vLLM would load every *.safetensors there)."""
     manifest(model)
     dest = tmp_path / "worker"
     dest.mkdir()
+    (dest / ".dual-spark-managed").write_text("")
     (dest / "model-00099.safetensors").write_bytes(b"an older model")
     result = send(model, dest, check=False)
     assert result.returncode == 0 and "removed 1 file(s) the model does not have from the worker" in result.stderr
     assert same_tree(model, dest)
+
+
+def test_a_directory_the_deploy_did_not_make_is_refused_and_left_alone(model, tmp_path):
+    """A model directory holding a user's file and no marker: the worker refuses it, the sender
+    says which directory and the fix, and nothing there is deleted or changed."""
+    manifest(model)
+    dest = tmp_path / "worker"
+    (dest / "photos").mkdir(parents=True)
+    (dest / "photos/holiday.jpg").write_bytes(b"not a model")
+    (dest / "notes.txt").write_text("mine")
+    before = {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in dest.rglob("*") if p.is_file()}
+    result = send(model, dest, check=False)
+    assert result.returncode == 1
+    assert f"model_dir {dest} holds files the deploy did not put there (notes.txt, photos/holiday.jpg" in result.stderr
+    assert "Fix: move those files away" in result.stderr and "set model_dir in site.toml" in result.stderr
+    assert {p: (p.read_bytes(), p.stat().st_mtime_ns) for p in dest.rglob("*") if p.is_file()} == before
+
+
+def test_claim_takes_new_empty_and_recorded_directories_and_refuses_others(model, tmp_path):
+    """claim writes the marker into a new or empty directory, and into one holding only what a
+    record of the deploy lists (a model directory an older version filled, without a marker)."""
+    for name in ("new", "empty", "legacy", "foreign"):
+        if name != "new":
+            (tmp_path / name).mkdir()
+    manifest(model)
+    shutil.copytree(model, tmp_path / "legacy", dirs_exist_ok=True, copy_function=os.link)
+    (tmp_path / "legacy/.cache/huggingface").mkdir(parents=True)
+    (tmp_path / "legacy/.cache/huggingface/x.lock").write_text("")
+    (tmp_path / "foreign/model-00000.safetensors").write_bytes(b"x")
+    (tmp_path / "foreign/thesis.tex").write_text("mine")
+    for name in ("new", "empty", "legacy"):
+        run("claim", "--dir", tmp_path / name, "--manifest", model.parent / "manifest.json", check=False).check_returncode()
+        assert (tmp_path / name / ".dual-spark-managed").is_file()
+    refused = run("claim", "--dir", tmp_path / "foreign", "--manifest", model.parent / "manifest.json", check=False)
+    assert refused.returncode == 1 and "(thesis.tex; 1 in all)" in refused.stderr
+    assert not (tmp_path / "foreign/.dual-spark-managed").exists()
+    (tmp_path / "foreign/.dual-spark-managed").write_text("")  # the deploy's own: taken as it is
+    run("claim", "--dir", tmp_path / "foreign", check=False).check_returncode()
+
+
+def test_a_write_that_fails_on_the_worker_reaches_the_senders_error(model, tmp_path):
+    """The worker cannot write its verified record (its directory is missing): the sender fails
+    saying so, instead of hanging or blaming the network."""
+    manifest(model)
+    dest = tmp_path / "worker"
+    result = run("send", "--dir", model, "--manifest", model.parent / "manifest.json", "--peer", "u@127.0.0.2",
+                 "--local", "127.0.0.1", "--remote-dir", dest, "--remote-state", tmp_path / "missing/verified.json",
+                 check=False)
+    assert result.returncode == 1, result.stderr
+    assert "transfer interrupted after" in result.stderr and f"{tmp_path / 'missing/verified.json'}.tmp" in result.stderr
+
+
+def test_progress_lines_then_one_summary_line(model, tmp_path):
+    """With --progress the long steps print a line that often while they run, and end with one
+    summary line for people."""
+    hashed = run("manifest", "--dir", model, "--manifest", model.parent / "manifest.json", "--progress", "0.01", check=False)
+    lines = hashed.stdout.splitlines()
+    assert re.fullmatch(r"hashing the model: [\d.]+ (MiB|KiB|B) of 223\.0 MiB \(\d+%\), [\d.]+ \w+/s(, [\w ]+ left)?", lines[0]), lines
+    assert lines[-1].startswith("model hashed: files 5, bytes 233832464, hashed_files 5")
+    sent = run("send", "--dir", model, "--manifest", model.parent / "manifest.json", "--peer", "u@127.0.0.2",
+               "--local", "127.0.0.1", "--remote-dir", tmp_path / "worker", "--remote-state", tmp_path / "worker/.v.json",
+               "--streams", "1", "--progress", "0.01", check=False)
+    lines = sent.stdout.splitlines()
+    assert lines[0].startswith("replicating the model: ") and " of 223.0 MiB (" in lines[0], lines
+    assert lines[-1].startswith("model replicated: bytes 233832464, chunks 8")
 
 
 def test_no_manifest_is_a_clear_error(model, tmp_path):

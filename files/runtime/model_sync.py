@@ -2,6 +2,11 @@
 # Managed by the dual-spark deploy (tasks/runtime.py): edits here are overwritten.
 """The model's bytes, fetched once and copied to the worker over the fabric, verified.
 
+    model_sync.py claim --dir D [--manifest M] [--state S]
+        Make D a directory the deploy may clean: create it, or take it if it holds the marker
+        .dual-spark-managed, is empty, or holds only what the deploy's records (the manifest M
+        on the head, the verified record S on the worker) list; then write the marker. A
+        directory holding anything else is refused, nothing touched.
     model_sync.py manifest --dir D --manifest M [--source JSON] [--full]
         Hash every file of D (SHA-256 of the whole file and of each 64 MiB chunk, files in
         parallel) into the manifest M. Files whose size and mtime match M are not hashed again
@@ -17,7 +22,10 @@
         it lands, writes files as *.dsp-part and renames them only when every chunk matches, then
         records them as verified. A cut transfer resumes: chunks already right are not sent again.
     model_sync.py receive --dir D --state S
-        The worker's side of send, started by it over SSH.
+        The worker's side of send, started by it over SSH. It claims D first (see claim).
+
+manifest and send take --progress SECONDS: then they print a progress line that often while
+they run (progress.py, beside this file) and end with a summary line for people, not JSON.
 
 Python 3.10+, standard library only: it runs on the Sparks' own Python.
 """
@@ -39,6 +47,8 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from progress import Progress
+
 CHUNK = 64 << 20
 BLOCK = 4 << 20
 PART = ".dsp-part"
@@ -46,6 +56,8 @@ MANIFEST_VERSION = 1
 HASH_WORKERS = min(16, os.cpu_count() or 2)
 SSH = ["ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=5", "-c", "aes128-gcm@openssh.com"]
 REMOTE_SCRIPT = "/var/lib/dual-spark/bin/model_sync.py"
+MARKER = ".dual-spark-managed"
+LABELS = {"manifest": ("hashing the model", "model hashed"), "send": ("replicating the model", "model replicated")}
 
 
 class SyncError(Exception):
@@ -66,7 +78,7 @@ def model_files(root: Path) -> list[str]:
     return sorted(found)
 
 
-def hash_file(path: Path) -> tuple[str, list[str]]:
+def hash_file(path: Path, progress: Progress | None = None) -> tuple[str, list[str]]:
     """SHA-256 of the whole file and of each CHUNK-sized piece, in one read."""
     whole = hashlib.sha256()
     chunks = []
@@ -81,6 +93,8 @@ def hash_file(path: Path) -> tuple[str, list[str]]:
                 whole.update(block)
                 piece.update(block)
                 read += len(block)
+                if progress is not None:
+                    progress.add(len(block))
             if read == 0:
                 break
             chunks.append(piece.hexdigest())
@@ -125,9 +139,41 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
+# -- claim (both) ----------------------------------------------------------------------------
+
+def claim(root: Path, records: list[dict]) -> None:
+    """Let the deploy clean root (delete what the model does not have, own it all) only if it
+    made root: root carries its marker, or is new or empty, or holds only files its records
+    (``{"files": {name: ...}}``: the head's manifest, the worker's verified record, the
+    manifest being received) list, their partial copies and its own hidden files (an older
+    version of the deploy wrote no marker). Then the marker is written; anything else is refused."""
+    marker = root / MARKER
+    if marker.is_file():
+        return
+    if root.exists() and not root.is_dir():
+        raise SyncError(f"model_dir {root} is not a directory. Fix: move it away, or set model_dir in site.toml to another path.")
+    root.mkdir(parents=True, exist_ok=True)
+    listed = {name for record in records for name in record.get("files", {})}
+    foreign = []
+    for path in sorted(root.rglob("*")):
+        relative = path.relative_to(root).as_posix()
+        ours = (relative.removesuffix(PART) in listed or relative.startswith((".dual-spark-", ".cache/huggingface/")))
+        if not (path.is_dir() and not path.is_symlink()) and not ours:
+            foreign.append(relative)
+    if foreign:
+        raise SyncError(
+            f"{socket.gethostname()}: model_dir {root} holds files the deploy did not put there ({', '.join(foreign[:3])}"
+            f"{', ...' if len(foreign) > 3 else ''}; {len(foreign)} in all) and no {MARKER} marker: the deploy deletes files "
+            f"the model does not have from its model directory, so it leaves this one alone. Fix: move those files away "
+            f"(or, to have the deploy copy a model from there, set model.path to it), or set model_dir in site.toml to "
+            f"an empty or new directory.")
+    marker.write_text("This directory is the dual-spark deploy's model directory: it deletes files here that the "
+                      "model does not have.\n")
+
+
 # -- manifest (head) -------------------------------------------------------------------------
 
-def manifest(root: Path, out: Path, source: dict, full: bool) -> dict:
+def manifest(root: Path, out: Path, source: dict, full: bool, every: float | None = None) -> dict:
     started = time.monotonic()
     if not root.is_dir():
         raise SyncError(f"{root} is not a directory: nothing to hash")
@@ -142,12 +188,14 @@ def manifest(root: Path, out: Path, source: dict, full: bool) -> dict:
         else:
             todo.append((name, stat))
 
+    progress = Progress(LABELS["manifest"][0], sum(stat.st_size for _, stat in todo), every)
+
     def one(item):
         name, stat = item
-        whole, chunks = hash_file(root / name)
+        whole, chunks = hash_file(root / name, progress)
         return name, {"size": stat.st_size, "mtime_ns": stat.st_mtime_ns, "sha256": whole, "chunks": chunks}
 
-    with ThreadPoolExecutor(HASH_WORKERS) as pool:
+    with progress, ThreadPoolExecutor(HASH_WORKERS) as pool:
         files.update(pool.map(one, todo))
     record = {"version": MANIFEST_VERSION, "chunk_bytes": CHUNK, "source": source, "files": files, "digest": digest_of(files)}
     write_json(out, record)
@@ -210,8 +258,8 @@ class Receiver:
     def plan(self, record: dict, full: bool, budget_check: bool = True) -> list[tuple[str, int]]:
         self.files = record["files"]
         self.digest = record["digest"]
-        self.root.mkdir(parents=True, exist_ok=True)
         state = read_json(self.state_path) or {}
+        claim(self.root, [record, state])
         trusted = {} if full or state.get("digest") != self.digest else state.get("files", {})
         self.removed = self._remove_strays()
         needed, growth = [], 0
@@ -336,7 +384,11 @@ def receive(root: Path, state_path: Path) -> None:
         ports[address] = listener.getsockname()[1]
     print(json.dumps({"needed": needed, "ports": ports, "removed": receiver.removed}), flush=True)
     if not needed:
-        receiver._record()
+        try:
+            receiver._record()
+        except OSError as error:
+            print(json.dumps({"error": f"{socket.gethostname()}: {error}"}), flush=True)
+            return
         print(json.dumps({"done": {"bytes": 0}}), flush=True)
         return
     token = request["token"].encode()
@@ -348,8 +400,11 @@ def receive(root: Path, state_path: Path) -> None:
                 return
             try:
                 receiver.take(connection, reader)
-            except (OSError, ValueError, KeyError) as error:
-                receiver.failure = str(error)
+            except (ConnectionError, TimeoutError):
+                return  # this stream is gone; the sender sends its chunks over the others
+            except (OSError, ValueError, KeyError) as error:  # a write here failed: the transfer stops, saying why
+                receiver.failure = f"{socket.gethostname()}: {error}"
+                receiver.done.set()
 
     def accept(listener: socket.socket) -> None:
         while not receiver.done.is_set():
@@ -369,13 +424,16 @@ def receive(root: Path, state_path: Path) -> None:
     for listener in listeners:
         listener.close()
     complete = all(not chunks for chunks in receiver.pending.values())
-    print(json.dumps({"done": {"bytes": receiver.received}} if complete else {"error": "interrupted"}), flush=True)
+    if receiver.failure or not complete:
+        print(json.dumps({"error": receiver.failure or "interrupted"}), flush=True)
+    else:
+        print(json.dumps({"done": {"bytes": receiver.received}}), flush=True)
 
 
 # -- send (head) -----------------------------------------------------------------------------
 
 def send(root: Path, manifest_path: Path, peers: list[str], local: list[str], remote_dir: str, remote_state: str,
-         streams: int, full: bool, remote_script: str = REMOTE_SCRIPT) -> dict:
+         streams: int, full: bool, remote_script: str = REMOTE_SCRIPT, every: float | None = None) -> dict:
     started = time.monotonic()
     record = read_json(manifest_path)
     if not record:
@@ -419,16 +477,21 @@ def send(root: Path, manifest_path: Path, peers: list[str], local: list[str], re
     if plan.get("removed"):
         warn(f"removed {len(plan['removed'])} file(s) the model does not have from the worker: {', '.join(plan['removed'][:5])}")
     sent = {"bytes": 0, "by_rail": {}}
+    failed = None
     try:
         if needed:
-            transfer(root, record, needed, routes, streams, token, sent)
-        result = json.loads(control.stdout.readline() or '{"error": "the worker hung up"}')
+            with Progress(LABELS["send"][0], total, every, measure=lambda: sent["bytes"]):
+                transfer(root, record, needed, routes, streams, token, sent)
     except SyncError as error:
-        result = {"error": str(error)}
-    control.stdin.close()
+        failed = str(error)
+        control.stdin.close()  # the worker stops too, and says why if it was its fault
+    result = json.loads(control.stdout.readline() or '{"error": "the worker hung up"}')
+    if not control.stdin.closed:
+        control.stdin.close()
     control.wait(timeout=60)
-    if "error" in result:
-        raise SyncError(f"transfer interrupted after {gib(sent['bytes'])} of {gib(total)}: {result['error']}. "
+    causes = [cause for cause in (result.get("error"), failed) if cause and not (cause == "interrupted" and failed)]
+    if causes:
+        raise SyncError(f"transfer interrupted after {gib(sent['bytes'])} of {gib(total)}: {'; '.join(causes)}. "
                         "Run the deploy again: it resumes where this stopped.")
     seconds = time.monotonic() - started
     return {"bytes": sent["bytes"], "chunks": len(needed), "files": len({name for name, _ in needed}),
@@ -538,11 +601,16 @@ def transfer(root: Path, record: dict, needed: list, routes: list, streams: int,
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
+    c = commands.add_parser("claim")
+    c.add_argument("--dir", type=Path, required=True)
+    c.add_argument("--manifest", type=Path)
+    c.add_argument("--state", type=Path)
     m = commands.add_parser("manifest")
     m.add_argument("--dir", type=Path, required=True)
     m.add_argument("--manifest", type=Path, required=True)
     m.add_argument("--source", default="{}")
     m.add_argument("--full", action="store_true")
+    m.add_argument("--progress", type=float, metavar="SECONDS", help="a progress line this often; a summary line, not JSON")
     s = commands.add_parser("status")
     s.add_argument("--dir", type=Path, required=True)
     s.add_argument("--manifest", type=Path)
@@ -560,10 +628,14 @@ def main() -> None:
     t.add_argument("--streams", type=int, default=4)
     t.add_argument("--full", action="store_true")
     t.add_argument("--remote-script", default=REMOTE_SCRIPT, help="where this program is on the worker")
+    t.add_argument("--progress", type=float, metavar="SECONDS", help="a progress line this often; a summary line, not JSON")
     args = parser.parse_args()
     try:
+        if args.command == "claim":
+            claim(args.dir, [read_json(path) or {} for path in (args.manifest, args.state) if path])
+            return
         if args.command == "manifest":
-            result = manifest(args.dir, args.manifest, json.loads(args.source), args.full)
+            result = manifest(args.dir, args.manifest, json.loads(args.source), args.full, args.progress)
         elif args.command == "status":
             result = status(args.dir, args.manifest, args.state)
         elif args.command == "receive":
@@ -571,11 +643,14 @@ def main() -> None:
             return
         else:
             result = send(args.dir, args.manifest, args.peer.split(","), args.local.split(","), args.remote_dir,
-                          args.remote_state, args.streams, args.full, args.remote_script)
+                          args.remote_state, args.streams, args.full, args.remote_script, args.progress)
     except SyncError as error:
         print(f"model_sync: {error}", file=sys.stderr)
         sys.exit(1)
-    print(json.dumps(result))
+    if getattr(args, "progress", None):
+        print(f"{LABELS[args.command][1]}: " + ", ".join(f"{key} {value}" for key, value in result.items()), flush=True)
+    else:
+        print(json.dumps(result))
 
 
 if __name__ == "__main__":
