@@ -162,16 +162,24 @@ def parse_nvidia_smi_csv(lines: list[str]) -> list[dict]:
     rows = []
     for line in lines:
         values = [value.strip() for value in line.split(",")]
-        if (not fields or len(values) == len(fields)) and all(CSV_FIELD.fullmatch(value) for value in values):
-            fields = [CSV_FIELD.fullmatch(value).group(1) for value in values]
+        header = csv_header(line)
+        if header and (not fields or len(header) == len(fields)):
+            fields = header
             continue
         if len(values) != len(fields):
             continue
-        rows.append({name: _csv_value(name, value) for name, value in zip(fields, values)})
+        rows.append({name: csv_value(name, value) for name, value in zip(fields, values)})
     return rows
 
 
-def _csv_value(name: str, value: str):
+def csv_header(line: str) -> list[str] | None:
+    """The field names of an nvidia-smi CSV header ("power.draw [W]" -> "power.draw"), None for another line."""
+    matches = [CSV_FIELD.fullmatch(value.strip()) for value in line.split(",")]
+    return [match.group(1) for match in matches] if all(matches) else None
+
+
+def csv_value(name: str, value: str):
+    """A CSV value: a number without its unit, None for [N/A] and Not Supported, else the text."""
     if value in ("[N/A]", "N/A", "[Not Supported]", "Not Supported", ""):
         return None
     number = re.fullmatch(r"(-?\d+(?:\.\d+)?)(?: \S+)?", value)

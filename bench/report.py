@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 from html import escape
 from pathlib import Path
 
@@ -19,23 +20,77 @@ import click
 
 from bench import speculation
 from bench.prompts import TOLERANCE
-from bench.reference import ReferenceError, read_reference
+from bench.reference import (
+    COUNT,
+    LIST,
+    NUMBER,
+    NUMBER_OR_NULL,
+    NUMBERS,
+    OBJECT,
+    TEXT,
+    ReferenceError,
+    check,
+    load_json,
+    optional,
+    read_reference,
+    refuse,
+)
 
 MATCH_TOLERANCE = 2 * TOLERANCE  # ours are sized within TOLERANCE of the published prompt tokens
 PALETTE = ["#1f77b4", "#ff7f0e", "#2ca02c", "#d62728", "#9467bd", "#8c564b"]
+RERUN = "Fix: write it again with python -m bench.serving, or move it out of the folder"
+# What the report reads of a bench.serving record, in order (a table before its keys).
+SPEC_FIELDS = (("drafts", NUMBER), ("draft_tokens", NUMBER), ("accepted_tokens", NUMBER),
+               ("generation_tokens", optional(NUMBER)), ("accepted_per_position", optional(NUMBERS)))
+RUN_FIELDS = (("profile", TEXT), ("model", TEXT), ("git_revision", TEXT), ("settings", OBJECT), ("settings.max_tokens", COUNT),
+              ("spec_decode", OBJECT), ("cells", (lambda cells: isinstance(cells, list) and bool(cells), "a list of at least one cell")))
+CELL_FIELDS = (("prompt", (lambda prompt: isinstance(prompt, str) and bool(re.fullmatch(r"\d+K?", prompt)), "a prompt name like 300 or 10K")),
+               ("concurrency", COUNT), ("requests", LIST), ("spec_decode", optional(OBJECT)),
+               *((stat, OBJECT) for stat in ("prompt_tokens", "decode_tok_s", "aggregate_tok_s", "ttft_s")),
+               *((f"{stat}.mean", NUMBER_OR_NULL) for stat in ("prompt_tokens", "decode_tok_s", "aggregate_tok_s", "ttft_s")),
+               ("ttft_s.p50", NUMBER_OR_NULL))
 
 
 def load_runs(folder: Path) -> list[dict]:
     runs = []
     for path in sorted(folder.glob("serving-*.json")):
-        record = json.loads(path.read_text())
-        if record.get("schema_version") != 1:
-            raise click.ClickException(f"{path}: schema_version {record.get('schema_version')!r}, this report reads 1")
-        record["_file"] = path.name
-        runs.append(record)
+        try:
+            record = load_json(path, RERUN)
+            version = record.get("schema_version")
+            if type(version) is not int or version != 1:
+                raise ReferenceError(f"{path}: schema_version {version!r}, this report reads 1. "
+                                     "Fix: report it with the bench.report of the revision that wrote it")
+            runs.append({**checked_run(path, record), "_file": path.name})
+        except ReferenceError as error:
+            raise click.ClickException(str(error)) from None
     if not runs:
         raise click.ClickException(f"{folder}: no serving-*.json files")
     return runs
+
+
+def checked_run(path: Path, record: dict) -> dict:
+    """A bench.serving record whose every field the report reads is of its kind; speculation
+    figures worked out again from its counters (bench.speculation), not read."""
+    check(path, record, RUN_FIELDS, RERUN)
+    check(path, record["spec_decode"], SPEC_FIELDS, RERUN, "spec_decode.")
+    cells = []
+    for index, cell in enumerate(record["cells"]):
+        where = f"cells[{index}]"
+        if not isinstance(cell, dict):
+            refuse(path, where, cell, "an object", RERUN)
+        check(path, cell, CELL_FIELDS, RERUN, where + ".")
+        if cell.get("spec_decode") is not None:
+            check(path, cell["spec_decode"], SPEC_FIELDS, RERUN, where + ".spec_decode.")
+        cells.append({**cell, "spec_decode": spec_figures(cell.get("spec_decode"))})
+    return {**record, "cells": cells, "spec_decode": spec_figures(record["spec_decode"])}
+
+
+def spec_figures(counted: dict | None) -> dict | None:
+    """Acceptance overall, per position and per draft length from a checked record's counters."""
+    if counted is None:
+        return None
+    counters = {key: counted[key] for key, _ in SPEC_FIELDS if counted.get(key) is not None}
+    return speculation.summary({**counters, "accepted_per_position": counters.get("accepted_per_position", [])})
 
 
 def comparable_cells(runs: list[dict]) -> dict[tuple, dict[str, dict]]:
@@ -301,14 +356,17 @@ def main(folder: Path, out: Path | None, reference: Path | None) -> None:
     text = markdown(runs) + "\n".join((reference_markdown(published, rows, reference) if reference else [])
                                        + speculation_markdown(ours + published_cells)) + "\n"
     out = out or folder / "report"
-    out.mkdir(parents=True, exist_ok=True)
-    (out / "report.md").write_text(text)
-    (out / "report.json").write_text(json.dumps({
-        "cells": ours, "published": published, "against_published": rows,
-        "favoured_draft_lengths": favoured_rows(ours + published_cells)}, indent=2))
     drawn = {**charts(runs), **charts_against(rows)}
-    for name, svg in drawn.items():
-        (out / name).write_text(svg)
+    try:
+        out.mkdir(parents=True, exist_ok=True)
+        (out / "report.md").write_text(text)
+        (out / "report.json").write_text(json.dumps({
+            "cells": ours, "published": published, "against_published": rows,
+            "favoured_draft_lengths": favoured_rows(ours + published_cells)}, indent=2))
+        for name, svg in drawn.items():
+            (out / name).write_text(svg)
+    except OSError as error:
+        raise click.ClickException(f"--out {out}: cannot write {error.filename} ({error.strerror}). Fix: give --out a folder you can write") from None
     click.echo(f"--> {out / 'report.md'}, report.json and {len(drawn)} charts: {', '.join(drawn)}")
     if reference:
         matched = sum(1 for row in rows if row["published"])

@@ -33,6 +33,7 @@ import requests
 from bench import speculation
 from bench.parsers import Metrics, parse_nvidia_smi_csv, parse_prometheus
 from bench.prompts import PUBLISHED_SIZES, Prompt, PromptError, fit_prompt
+from bench.reference import ReferenceError, read_text
 from bench.remote import LineStream, Target, connect, forward, head_of, read_secret, serving_identity
 from site_config import default_settings, load_site
 
@@ -245,7 +246,10 @@ def run_benchmark(endpoint: Endpoint, prompts: list[Prompt], concurrencies: list
 
 def read_api_key(api_key_env: str, api_key_file: str | None) -> str | None:
     if api_key_file:
-        return Path(api_key_file).expanduser().read_text().strip() or None
+        try:
+            return read_text(Path(api_key_file).expanduser(), "Fix: give the file holding the key alone, as text").strip() or None
+        except ReferenceError as error:
+            raise click.ClickException(f"--api-key-file {error}") from None
     return os.environ.get(api_key_env) or None
 
 

@@ -34,7 +34,7 @@ def serving_record(path: Path, profile: str, cells: list[tuple[str, float, int, 
 
     path.write_text(json.dumps({
         "schema_version": 1, "profile": profile, "model": "m", "git_revision": "abc1234", "settings": {"max_tokens": 256},
-        "spec_decode": {"drafts": 0, "acceptance_rate": None, "accepted_per_draft": None},
+        "spec_decode": {"drafts": 0, "draft_tokens": 0, "accepted_tokens": 0, "acceptance_rate": None, "accepted_per_draft": None},
         "cells": [{"prompt": prompt, "concurrency": c, "prompt_tokens": stat(tokens), "decode_tok_s": stat(decode),
                    "aggregate_tok_s": stat(aggregate), "ttft_s": stat(1.0), "requests": [{}] * 3}
                   for prompt, tokens, c, decode, aggregate in cells]}))
