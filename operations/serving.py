@@ -11,14 +11,17 @@ from dataclasses import dataclass
 from io import StringIO
 from pathlib import Path
 
-from pyinfra import host
+import click
+from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
+from checks import table
 from facts.fabric import roce_v2_gid_index
 from facts.serving import ServingState
+from facts.verify import api_reading
 from operations.peer import acts_here, reachable_peer, read_both, warn_unreachable
 from operations.render import render, show_diff
-from operations.runtime import paths, reported
+from operations.runtime import paths
 
 STAGING = "/run/dual-spark/stack-check"
 FILES = ("compose.yaml", "launch.sh")
@@ -189,6 +192,27 @@ def install(stack: Stack, reading: dict, stack_dir: str):
     yield StringCommand("rm", "-rf", STAGING)
 
 
+def first_token(state, host, probe: StringCommand, what: str, node_names: list[str]) -> bool:
+    """Run the health probe until the head generates a token. When none comes, the step fails
+    saying why: the status table of both nodes (tasks/status.py's: the failing side's rows show
+    the last lines of its container's log), then which rows fail."""
+    from operations.status import pair_status  # it reads the stacks this module makes: imported where it is needed
+
+    ok, output = host.run_shell_command(probe, _sudo=True)
+    reading = api_reading(output.stdout_lines)
+    if ok:
+        host.log(f"{what}: first token after {reading.get('seconds')} s", logger.info)
+        return True
+    for line in output.stderr_lines[-10:]:
+        host.log(line, logger.error)
+    checks = pair_status([state.inventory.get_host(name) for name in node_names])
+    click.echo(table.render(checks, "status"))
+    waited = f" after {reading['seconds']} s" if "seconds" in reading else ""
+    host.log(f"{what}: no token{waited} ({reading['error']}); failing: {table.failure_summary(checks) or 'no row of the status'}",
+             logger.error)
+    return False
+
+
 @operation()
 def head_stopped_for_change(settings: dict, peer_settings: dict):
     """
@@ -262,4 +286,5 @@ def stack_up(role: str, settings: dict, peer_settings: dict, ready_timeout: int)
         url = f"http://{settings['api_host']}:{settings['api_port']}"
         probe = StringCommand("python3", QuoteString(settings["health_script"]), "--url", QuoteString(url), "--key-file",
                               QuoteString(settings["api_key_file"]), "--wait", str(int(ready_timeout)))
-        yield FunctionCommand(reported, (probe, f"serving {settings['model']['served_name']} (profile {settings['profile_name']})"), {})
+        yield FunctionCommand(first_token, (probe, f"serving {settings['model']['served_name']} (profile {settings['profile_name']})",
+                                            [host.name, host.data.peer_name]), {})

@@ -5,6 +5,7 @@ from __future__ import annotations
 from pyinfra import inventory
 from pyinfra.api import operation
 
+from checks import Check
 from checks.status import status_checks
 from facts.status import ServingStatus
 from operations.runtime import paths
@@ -26,6 +27,11 @@ def read_status(node) -> dict | None:
                          state_file=f"{where['serving']}/{data.role}-starts", log_lines=LOG_LINES, api=api)
 
 
+def pair_status(nodes: list) -> list[Check]:
+    """The status rows of both nodes (read at the same time)."""
+    return all_checks(nodes, read_status, status_checks)
+
+
 @operation()
 def status(node_names: list[str]):
     """
@@ -44,4 +50,4 @@ def status(node_names: list[str]):
     """
     if reports_here():
         nodes = [inventory.get_host(name) for name in node_names]
-        yield from report(all_checks(nodes, read_status, status_checks), "status", "the pair serves")
+        yield from report(pair_status(nodes), "status", "the pair serves")
