@@ -63,7 +63,8 @@ def render(runtime_context: Path, shared: list[str]) -> str:
     lines += table("image.lab-cpu", {"build": str(runtime_context), "kv_cache_dtypes": ["auto"], "python": "python3", "vllm": "vllm"})
     for name in PROFILES:
         lines += table(f"profile.{name}", {"image": "lab-cpu", "kv_cache_dtype": "auto", "max_model_len": 4096,
-                                           "gpu_memory_utilization": 0.2, "speculative_tokens": 3, "flashinfer_autotune": False})
+                                           "gpu_memory_utilization": 0.2, "speculative_tokens": 3, "flashinfer_autotune": False,
+                                           "agent_compact_tokens": 3686})  # clients compact at 90% of the window
     return "\n".join(lines)
 
 
