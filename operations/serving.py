@@ -269,13 +269,13 @@ def stack_up(role: str, settings: dict, peer_settings: dict, ready_timeout: int)
     mine, theirs = read_both(ServingState, peer, **state_arguments(settings))
     stack, mine_ok, theirs_ok = pair(settings, peer_settings, mine, theirs)
     head = settings["role"] == "head"
+    files_ok = mine["compose"] == stack.compose.splitlines() and mine["launch"] == stack.launch.splitlines()
+    if not files_ok:  # before any other command: pyinfra's check for a change (--dry) stops at the first one
+        yield from install(stack, mine, settings["stack_dir"])
     if head and not mine["api_key"]:
         key = QuoteString(settings["api_key_file"])
         yield StringCommand("umask", "077", "&&", "python3", "-c", QuoteString("import secrets; print(secrets.token_urlsafe(32))"),
                             ">", key, "&&", "chown", QuoteString(f"{settings['deploy_user']}:"), key)
-    files_ok = mine["compose"] == stack.compose.splitlines() and mine["launch"] == stack.launch.splitlines()
-    if not files_ok:
-        yield from install(stack, mine, settings["stack_dir"])
     if peer is None:
         return  # a node started without its peer waits at the rendezvous for ever: the next run starts the pair
     if mine_ok and theirs_ok:
