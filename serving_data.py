@@ -6,23 +6,14 @@ given the local tag both nodes know it by."""
 from __future__ import annotations
 
 import hashlib
-import re
 import tomllib
 from pathlib import Path
 
+import site_schema as schema
+from site_schema import Checker
+
 REPO = Path(__file__).resolve().parent
 DEFAULTS = REPO / "group_data" / "serving.toml"
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
-DIGEST_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:([0-9a-f]{64})$")
-NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
-KIND = {bool: "true or false", int: "a whole number", float: "a number", str: "a string", list: "a list", dict: "a table"}
-MODEL_KEYS = {"repo": str, "revision": str, "path": str, "served_name": str, "tokenizer_mode": str,
-              "tool_call_parser": str, "reasoning_parser": str}
-IMAGE_KEYS = {"ref": str, "build": str, "kv_cache_dtypes": list, "python": str, "vllm": str, "env": dict}
-PROFILE_KEYS = {"image": str, "kv_cache_dtype": str, "max_model_len": int, "max_num_seqs": int,
-                "max_num_batched_tokens": int, "gpu_memory_utilization": float, "speculative_tokens": int,
-                "thinking": bool, "prefix_caching": bool, "flashinfer_autotune": bool, "privileged": bool,
-                "agent_compact_tokens": int, "env": dict}
 
 
 def model_source(model: dict) -> dict:
@@ -34,13 +25,13 @@ def defaults() -> dict:
     return tomllib.loads(DEFAULTS.read_text())
 
 
-def merge(raw: dict, error, suggest) -> dict:
+def merge(raw: dict, check: Checker, error) -> dict:
     """{"model": {...}, "images": {name: {..., "tag"}}, "profiles": {name: {...}}} from the
-    defaults and a site file's tables; ``error(field, seen, fix)`` records each problem and
-    ``suggest(key, known, where)`` words the fix for an unknown key."""
+    defaults and a site file's tables (already of the right shape), each key checked by
+    ``check`` against site_schema's tables; ``error(field, seen, fix)`` records the rest."""
     base = defaults()
     model = dict(base["model"])
-    site_model = raw.get("model", {})
+    site_model = check.table("model", raw.get("model", {}), schema.MODEL, "[model]", required=False)
     if "path" in site_model:
         model.pop("repo", None), model.pop("revision", None)
     if "repo" in site_model:
@@ -48,78 +39,42 @@ def merge(raw: dict, error, suggest) -> dict:
     model.update(site_model)
     images = {name: dict(spec) for name, spec in base["image"].items()}
     for name, spec in raw.get("image", {}).items():
+        spec = check.table(f"image.{name}", spec, schema.IMAGE, f"[image.{name}]", required=False)
         if name in images and ("ref" in spec or "build" in spec):
             images[name].pop("ref", None), images[name].pop("build", None)
         images.setdefault(name, {}).update(spec)
     profiles = {name: dict(spec) for name, spec in base["profile"].items()}
     for name, spec in raw.get("profile", {}).items():
-        start = dict(profiles.get(spec.get("base", name), {})) if isinstance(spec, dict) else {}
-        profiles[name] = {**start, **{k: v for k, v in spec.items() if k != "base"}} if isinstance(spec, dict) else spec
-    typed = Typed(error, suggest)
-    _model(model, typed, error)
+        spec = check.table(f"profile.{name}", spec, schema.PROFILE, f"[profile.{name}]", required=False)
+        start = dict(profiles.get(spec.get("base", name), {}))
+        profiles[name] = {**start, **{k: v for k, v in spec.items() if k != "base"}}
+    _model(model, error)
     for name, spec in images.items():
-        _image(name, spec, typed, error)
+        _image(name, spec, error)
     for name, spec in profiles.items():
-        _profile(name, spec, images, typed, error)
+        _profile(name, spec, images, error)
     return {"model": model, "images": images, "profiles": profiles}
 
 
-class Typed:
-    """Checks a table's keys against a schema of key -> type: unknown keys and wrong types."""
-
-    def __init__(self, error, suggest):
-        self.error, self.suggest = error, suggest
-
-    def __call__(self, where: str, table: dict, schema: dict) -> bool:
-        ok = True
-        for key, value in table.items():
-            if key not in schema:
-                self.error(f"{where}.{key}", value, self.suggest(key, schema, f"[{where}]"))
-                ok = False
-            elif not type_ok(value, schema[key]):
-                self.error(f"{where}.{key}", value, f"use {KIND[schema[key]]}")
-                ok = False
-        return ok
-
-
-def type_ok(value, expected: type) -> bool:
-    if isinstance(value, bool):
-        return expected is bool
-    if expected is float:
-        return isinstance(value, (int, float))
-    return isinstance(value, expected)
-
-
-def _model(model: dict, typed, error) -> None:
-    if not typed("model", model, MODEL_KEYS):
-        return
-    if "path" in model:
-        if not model["path"].startswith("/"):
-            error("model.path", model["path"], "use the absolute path of the weights' directory on the head")
-    elif "repo" not in model:
+def _model(model: dict, error) -> None:
+    if "path" not in model and "repo" not in model:
         error("model", sorted(model), "name the weights: repo and revision (Hugging Face), or path (a directory on the head)")
-    elif not COMMIT.match(str(model.get("revision", ""))):
-        error("model.revision", model.get("revision"), "pin the revision: the 40-hex commit id of the repository (a branch moves)")
+    elif "repo" in model and "revision" not in model:
+        error("model.revision", None, "pin the revision: the 40-hex commit id of the repository (a branch moves)")
     for key in ("served_name", "tokenizer_mode"):
-        if not model.get(key):
-            error(f"model.{key}", model.get(key), "set it (see group_data/serving.toml)")
+        if key not in model:
+            error(f"model.{key}", None, "set it (see group_data/serving.toml)")
 
 
-def _image(name: str, spec: dict, typed, error) -> None:
+def _image(name: str, spec: dict, error) -> None:
     where = f"image.{name}"
-    if not NAME.match(name):
+    if not schema.NAME.match(name):
         error(where, name, "name images with lower-case letters, digits, '-' and '_'")
-    if not typed(where, spec, IMAGE_KEYS):
-        return
     if ("ref" in spec) == ("build" in spec):
         error(where, sorted(spec), "give exactly one of ref (pulled by digest) or build (a directory with a Dockerfile)")
         return
     if "ref" in spec:
-        match = DIGEST_REF.match(spec["ref"])
-        if not match:
-            error(f"{where}.ref", spec["ref"], "pin the image by digest: registry/name@sha256:<64 hex>")
-            return
-        spec["tag"] = f"dual-spark/{name}:{match.group(1)[:12]}"
+        spec["tag"] = f"dual-spark/{name}:{schema.DIGEST_REF.match(spec['ref']).group(1)[:12]}"
     else:
         context = (REPO / spec["build"]).resolve()
         if not (context / "Dockerfile").is_file():
@@ -141,14 +96,12 @@ def context_digest(context: Path) -> str:
     return digest.hexdigest()
 
 
-def _profile(name: str, spec, images: dict, typed, error) -> None:
+def _profile(name: str, spec: dict, images: dict, error) -> None:
     where = f"profile.{name}"
-    if not isinstance(spec, dict) or not NAME.match(name):
-        error(where, name, "a profile is a [profile.NAME] table named with lower-case letters, digits, '-' and '_'")
+    if not schema.NAME.match(name):
+        error(where, name, "name profiles with lower-case letters, digits, '-' and '_'")
         return
-    if not typed(where, spec, PROFILE_KEYS):
-        return
-    missing = sorted(set(PROFILE_KEYS) - set(spec) - {"env"})
+    missing = sorted(key for key, declared in schema.PROFILE.items() if declared.required and key not in spec)
     if missing:
         error(where, sorted(spec), f"set {', '.join(missing)}, or base = \"adaptive\" to start from a published profile")
         return
@@ -161,13 +114,7 @@ def _profile(name: str, spec, images: dict, typed, error) -> None:
         error(f"{where}.kv_cache_dtype", spec["kv_cache_dtype"],
               f"image {spec['image']} is not built for it (it takes {', '.join(image.get('kv_cache_dtypes', []))})"
               + (f"; use image {' or '.join(built_for)}" if built_for else ""))
-    for key in ("max_model_len", "max_num_seqs", "max_num_batched_tokens", "agent_compact_tokens"):
-        if spec[key] < 1:
-            error(f"{where}.{key}", spec[key], "use a positive number")
-    if not 0 < spec["gpu_memory_utilization"] <= 1:
-        error(f"{where}.gpu_memory_utilization", spec["gpu_memory_utilization"], "use a fraction above 0 and at most 1 (0.80 published)")
-    if spec["speculative_tokens"] < 0:
-        error(f"{where}.speculative_tokens", spec["speculative_tokens"], "use 0 (no speculation) or more")
-    for key, value in spec["env"].items():
-        if not isinstance(value, str):
-            error(f"{where}.env.{key}", value, "write environment values as strings")
+    if spec["agent_compact_tokens"] > spec["max_model_len"]:
+        error(f"{where}.agent_compact_tokens", spec["agent_compact_tokens"], f"compact within the window: at most max_model_len ({spec['max_model_len']})")
+    if spec["max_num_batched_tokens"] < spec["max_num_seqs"]:
+        error(f"{where}.max_num_batched_tokens", spec["max_num_batched_tokens"], f"batch at least one token per sequence: max_num_seqs ({spec['max_num_seqs']}) or more")

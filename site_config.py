@@ -8,32 +8,37 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import os
-import re
 import runpy
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import serving_data
+import site_schema as schema
 
 REPO = Path(__file__).resolve().parent
 SITE_ENV = "DUAL_SPARK_SITE"
 PLACEHOLDER = "CHANGE_ME"
-PROFILES = ("adaptive", "fast", "long-c4")
 ROLES = ("head", "worker")
-MTU_RANGE = (1280, 9216)
-NETDEV_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")
-RDMA_RE = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
-USER_RE = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-HOSTNAME_RE = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-# The keys each table of the site file may hold ([settings] takes group_data/all.py's names).
+# The keys each table of the site file may hold, for the nearest-key suggestion of a typo.
 SCHEMA = {
     "": {"ssh", "node", "settings", "model", "image", "profile"},
-    "ssh": {"user", "key", "port", "known_hosts"},
-    "node": {"role", "hostname", "ssh_host", "rail"},
-    "rail": {"netdev", "rdma", "address", "gid_index"},
+    "ssh": set(schema.SSH),
+    "node": set(schema.NODE),
+    "rail": set(schema.RAIL),
 }
 TABLE_NAMES = {"": "the site file", "ssh": "[ssh]", "node": "[[node]]", "rail": "[[node.rail]]"}
+# A top-level table of the wrong shape: the syntax that gives the right one.
+SHAPES = {
+    "ssh": "write [ssh] on a line of its own, then user = \"...\" under it",
+    "node": "declare each node as [[node]] (two brackets: a list of node tables), with role, hostname, ssh_host",
+    "settings": "write [settings] on a line of its own, then key = value lines under it",
+    "model": "write [model] on a line of its own, then repo and revision (or path) under it",
+    "image": "declare each image as an [image.NAME] table",
+    "profile": "declare profiles as [profile.NAME] tables; to choose the served one, set profile = \"NAME\" under [settings]",
+}
+# What state_dir holds besides a model_dir inside it (operations/runtime.py: paths).
+STATE_ENTRIES = {"bin", "serving", "runtime", "model.manifest.json"}
 
 
 class SiteError(Exception):
@@ -151,25 +156,35 @@ def cli_data_overrides(argv: list[str]) -> dict:
 def load_site(path: Path | None = None, overrides: dict | None = None) -> Site:
     """Read, merge (defaults < [settings] < overrides) and validate a site file."""
     path = path or site_path()
+    fix = f"Fix: copy site.example.toml to site.toml and describe your Sparks, or point {SITE_ENV} at one (the lab writes its own: python -m lab up)."
     if not path.exists():
-        raise SiteError(
-            f"{path}: no site file. Fix: copy site.example.toml to site.toml and describe your two "
-            f"Sparks, or point {SITE_ENV} at one (the lab writes its own: python -m lab up)."
-        )
+        raise SiteError(f"{path}: no site file. {fix}")
+    if not path.is_file():
+        raise SiteError(f"{path}: not a file (a directory?). {fix}")
     try:
-        raw = tomllib.loads(path.read_text())
+        text = path.read_bytes().decode("utf-8")
+    except UnicodeDecodeError as error:
+        raise SiteError(f"{path}: not UTF-8 text (byte {error.start} is {error.object[error.start:error.start + 1]!r}). "
+                        "Fix: save the site file as UTF-8.") from None
+    except OSError as error:
+        raise SiteError(f"{path}: cannot be read ({error.strerror}). Fix: make it readable by this user.") from None
+    try:
+        raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise SiteError(f"{path}: not valid TOML ({error}). Fix: correct the syntax.") from None
     return _Validator(path, raw, overrides or {}).site()
 
 
 class _Validator:
+    """Shapes first, then every key against site_schema's tables, then the relations between keys."""
+
     def __init__(self, path: Path, raw: dict, overrides: dict):
         self.path = path
         self.raw = raw
         self.overrides = overrides
         self.errors: list[str] = []
         self.fields_in_error: set[str] = set()
+        self.check = schema.Checker(self.error, lambda key, known, where: unknown(key, known, where, elsewhere=False))
 
     def error(self, field_name: str, seen, fix: str) -> None:
         """Record one problem; a field reports only its first."""
@@ -177,40 +192,43 @@ class _Validator:
             self.fields_in_error.add(field_name)
             self.errors.append(f"{field_name} = {seen!r}: {fix}")
 
+    def failed(self, *prefixes: str) -> bool:
+        return any(name == p or name.startswith((p + ".", p + "[")) for name in self.fields_in_error for p in prefixes)
+
     def site(self) -> Site:
-        self._unknown_keys()
+        tables = self._shapes()
         self._placeholders(self.raw, "")
-        ssh = self.raw.get("ssh", {})
-        user = ssh.get("user")
-        if not isinstance(user, str) or not USER_RE.match(user):
-            self.error("ssh.user", user, "set the deploy user, a Linux user name present on both Sparks")
-        port = ssh.get("port", 22)
-        if not isinstance(port, int) or not 0 < port < 65536:
-            self.error("ssh.port", port, "use an SSH port number between 1 and 65535")
-        nodes = self._nodes()
-        serving = serving_data.merge(self.raw, self.error, lambda key, known, where: unknown(key, known, where, elsewhere=False))
-        settings = self._settings(serving)
+        ssh = self.check.table("ssh", tables["ssh"], schema.SSH, "[ssh]")
+        nodes = self._nodes(tables["node"])
+        serving = serving_data.merge(tables, self.check, self.error)
+        settings, effective = self._settings(tables["settings"], serving)
         if nodes:
             self._fabric(nodes)
         if self.errors:
             listing = "\n".join(f"  - {line}" for line in self.errors)
             raise SiteError(f"{self.path}: {len(self.errors)} problem(s), no host was contacted:\n{listing}")
-        return Site(self.path, user, ssh.get("key"), port, ssh.get("known_hosts"), nodes, settings, serving)
+        return Site(self.path, ssh["user"], ssh.get("key"), ssh.get("port", 22), ssh.get("known_hosts"), nodes, settings, serving)
 
-    def _unknown_keys(self) -> None:
-        """A typo anywhere (`ssh_hots`, `[sevrer]`) is refused, naming the nearest known key."""
-        def check(table: dict, schema: str, where: str) -> None:
-            for key in table:
-                if key not in SCHEMA[schema]:
-                    self.error(f"{where}{key}", table[key], unknown(key, SCHEMA[schema], TABLE_NAMES[schema], elsewhere=bool(schema)))
-
-        check(self.raw, "", "")
-        if isinstance(self.raw.get("ssh"), dict):
-            check(self.raw["ssh"], "ssh", "ssh.")
-        for index, node in enumerate(self.raw.get("node", []) if isinstance(self.raw.get("node"), list) else []):
-            check(node, "node", f"node[{index}].")
-            for rail_index, rail in enumerate(node.get("rail", []) if isinstance(node.get("rail"), list) else []):
-                check(rail, "rail", f"node[{index}].rail[{rail_index}].")
+    def _shapes(self) -> dict:
+        """Each top-level table in the shape TOML gives it, or an error naming the right syntax;
+        a table of the wrong shape is read as empty so that nothing after this meets it."""
+        for key, value in self.raw.items():
+            if key not in SCHEMA[""]:
+                self.error(key, value, unknown(key, SCHEMA[""], TABLE_NAMES[""]))
+        tables = {}
+        for name, fix in SHAPES.items():
+            value = self.raw.get(name, [] if name == "node" else {})
+            wanted = list if name == "node" else dict
+            if not isinstance(value, wanted):
+                self.error(name, value, fix)
+                value = wanted()
+            tables[name] = value
+        for name in ("image", "profile"):
+            for entry, spec in list(tables[name].items()):
+                if not isinstance(spec, dict):
+                    self.error(f"{name}.{entry}", spec, SHAPES[name])
+                    del tables[name][entry]
+        return tables
 
     def _placeholders(self, value, where: str) -> None:
         if isinstance(value, dict):
@@ -222,55 +240,41 @@ class _Validator:
         elif isinstance(value, str) and PLACEHOLDER in value:
             self.error(where, value, "replace the placeholder with this site's value")
 
-    def _nodes(self) -> dict[str, Node]:
-        entries = self.raw.get("node", [])
-        roles = [entry.get("role") for entry in entries]
-        if sorted(roles) != sorted(ROLES):
-            self.error("node[].role", roles, "declare exactly two [[node]] tables, one role 'head', one 'worker'")
-            return {}
+    def _nodes(self, entries: list) -> dict[str, Node]:
         nodes = {}
         for index, entry in enumerate(entries):
             where = f"node[{index}]"
-            hostname = entry.get("hostname")
-            if not isinstance(hostname, str) or not HOSTNAME_RE.match(hostname):
-                self.error(f"{where}.hostname", hostname, "set the node's hostname (letters, digits, '-')")
-            ssh_host = entry.get("ssh_host")
-            if not isinstance(ssh_host, str) or not ssh_host:
-                self.error(f"{where}.ssh_host", ssh_host, "set the management LAN address or DNS name used for SSH")
-            rails = tuple(self._rail(f"{where}.rail[{i}]", rail) for i, rail in enumerate(entry.get("rail", [])))
-            if not rails:
-                self.error(f"{where}.rail", [], "declare at least one [[node.rail]] (netdev, rdma, address)")
-            nodes[entry["role"]] = Node(entry["role"], ssh_host, hostname, tuple(r for r in rails if r))
+            if not isinstance(entry, dict):
+                self.error(where, entry, SHAPES["node"])
+                continue
+            node = self.check.table(where, entry, schema.NODE, "[[node]]")
+            rails = node.get("rail", [])
+            if "rail" in node and not rails:
+                self.error(f"{where}.rail", rails, "declare at least one [[node.rail]] (netdev, rdma, address)")
+            checked = []
+            for rail_index, rail in enumerate(rails):
+                rail_where = f"{where}.rail[{rail_index}]"
+                if not isinstance(rail, dict):
+                    self.error(rail_where, rail, "declare each rail as [[node.rail]] (two brackets) under its [[node]]")
+                    continue
+                good = self.check.table(rail_where, rail, schema.RAIL, "[[node.rail]]")
+                if len(good) == len(rail) and not self.failed(rail_where):
+                    checked.append(Rail(good["netdev"], good["rdma"], ipaddress.IPv4Interface(good["address"]), good.get("gid_index", "auto")))
+            if {"role", "hostname", "ssh_host"} <= set(node) and node["role"] not in nodes:
+                nodes[node["role"]] = Node(node["role"], node["ssh_host"], node["hostname"], tuple(checked))
+            elif node.get("role") in nodes:
+                self.error(f"{where}.role", node["role"], f"another [[node]] is the {node['role']} already: declare one head and one worker")
+        roles = sorted(entry.get("role") for entry in entries if isinstance(entry, dict) and isinstance(entry.get("role"), str))
+        if roles != sorted(ROLES) and not self.failed("node"):
+            self.error("node[].role", roles, "declare exactly two [[node]] tables, one role 'head', one 'worker'")
+        if sorted(nodes) != sorted(ROLES) or self.failed("node"):
+            return {}
         head, worker = nodes["head"], nodes["worker"]
-        if self.fields_in_error & {"node[0].hostname", "node[1].hostname", "node[0].ssh_host", "node[1].ssh_host"}:
-            return nodes
-        if head.hostname == worker.hostname:
+        if head.hostname.lower() == worker.hostname.lower():
             self.error("node[].hostname", head.hostname, "the two Sparks need different hostnames (set one with hostnamectl)")
-        if head.ssh_host == worker.ssh_host:
+        if head.ssh_host.lower().rstrip(".") == worker.ssh_host.lower().rstrip("."):
             self.error("node[].ssh_host", head.ssh_host, "head and worker need different SSH addresses")
         return nodes
-
-    def _rail(self, where: str, entry: dict) -> Rail | None:
-        errors = len(self.errors)
-        netdev, rdma = entry.get("netdev"), entry.get("rdma")
-        if not isinstance(netdev, str) or not NETDEV_RE.match(netdev):
-            self.error(f"{where}.netdev", netdev, "use the CX-7 interface name (at most 15 letters, digits, '_.-'), e.g. enp1s0f0np0")
-        if not isinstance(rdma, str) or not RDMA_RE.match(rdma):
-            self.error(f"{where}.rdma", rdma, "use the RDMA device of that interface (ls /sys/class/infiniband), e.g. rocep1s0f0")
-        address = None
-        try:
-            address = ipaddress.IPv4Interface(entry.get("address"))
-        except (ipaddress.AddressValueError, ipaddress.NetmaskValueError, ValueError, TypeError):
-            self.error(f"{where}.address", entry.get("address"), "use an IPv4 address with prefix, e.g. 10.0.0.1/24")
-        else:
-            if address.network.prefixlen > 30 or address.ip in (address.network.network_address, address.network.broadcast_address):
-                self.error(f"{where}.address", str(address), "use a host address of a subnet with room for both nodes, e.g. 10.0.0.1/24")
-        gid_index = entry.get("gid_index", "auto")
-        if gid_index != "auto" and not (isinstance(gid_index, int) and 0 <= gid_index < 256):
-            self.error(f"{where}.gid_index", gid_index, "use 'auto' (found per node) or a GID table index 0-255")
-        if len(self.errors) > errors:
-            return None
-        return Rail(netdev, rdma, address, gid_index)
 
     def _fabric(self, nodes: dict[str, Node]) -> None:
         head, worker = nodes["head"], nodes["worker"]
@@ -279,7 +283,7 @@ class _Validator:
                        "give both nodes the same number of rails: rail N of the head faces rail N of the worker")
             return
         seen_addresses: dict[str, str] = {}
-        subnets: dict[str, int] = {}
+        subnets: list[tuple[ipaddress.IPv4Network, int]] = []
         for index, (mine, theirs) in enumerate(zip(head.rails, worker.rails)):
             where = f"rail[{index}]"
             for role, rail in (("head", mine), ("worker", theirs)):
@@ -291,17 +295,18 @@ class _Validator:
                 self.error(f"{where}.address", f"head {mine.address}, worker {theirs.address}",
                            "put the head and worker ends of a rail in the same subnet")
                 continue
-            subnet = str(mine.address.network)
-            if subnet in subnets:
-                self.error(f"{where}.address", subnet, f"subnet already used by rail[{subnets[subnet]}]: give each rail its own subnet")
-            subnets[subnet] = index
+            subnet = mine.address.network
+            for other, other_index in subnets:
+                if subnet.overlaps(other):
+                    self.error(f"{where}.address", str(subnet), f"overlaps rail[{other_index}]'s subnet {other}: give each rail a subnet of its own")
+            subnets.append((subnet, index))
             for node in (head, worker):
                 try:
                     management = ipaddress.ip_address(node.ssh_host)
                 except ValueError:
                     continue
-                if management in mine.address.network:
-                    self.error(f"{where}.address", subnet,
+                if management in subnet:
+                    self.error(f"{where}.address", str(subnet),
                                f"overlaps the management address {management} of {node.role}: pick a fabric subnet apart from the LAN")
         for role, node in nodes.items():
             for label, values in (("netdev", [r.netdev for r in node.rails]), ("rdma", [r.rdma for r in node.rails])):
@@ -309,59 +314,64 @@ class _Validator:
                 if duplicates:
                     self.error(f"{role} rail[].{label}", duplicates, "each rail needs its own device")
 
-    def _settings(self, serving: dict) -> dict:
+    def _settings(self, site_settings: dict, serving: dict) -> tuple[dict, dict]:
+        """The site's valid [settings] and the effective settings (defaults < site < --data)."""
         defaults = default_settings()
-        settings = {**self.raw.get("settings", {})}
-        for key in settings:
-            if key not in defaults:
-                self.error(f"settings.{key}", settings[key], unknown(key, defaults, "[settings]"))
-        for key in self.overrides:
-            if key not in defaults and not key.startswith(("ssh_", "_")):
-                self.error(f"--data {key}", self.overrides[key], unknown(key, defaults, "the settings"))
-        effective = {**defaults, **settings, **self.overrides}
-        where = {key: ("--data " if key in self.overrides else "settings.") + key for key in effective}
-        for key, value in list(effective.items()):
-            if key in defaults and not serving_data.type_ok(value, type(defaults[key])):
-                self.error(where[key], value, f"use {serving_data.KIND[type(defaults[key])]}, like the default {defaults[key]!r}")
-                effective[key] = defaults[key]  # the checks below then see a value of the right type
-        profile = effective["profile"]
-        if profile not in serving["profiles"]:
-            self.error(where["profile"], profile, f"choose one of {', '.join(sorted(serving['profiles']))}")
-        mtu = effective["fabric_mtu"]
-        if not MTU_RANGE[0] <= mtu <= MTU_RANGE[1]:
-            self.error(where["fabric_mtu"], mtu, f"use an MTU between {MTU_RANGE[0]} and {MTU_RANGE[1]} (9000 for jumbo frames)")
+        settings = self.check.table("settings", site_settings, schema.SETTINGS, "[settings]", required=False)
+        overrides = {}
+        for key, value in self.overrides.items():
+            where = f"--data {key}"
+            if key in schema.SETTINGS:
+                if self.check.value(where, value, schema.SETTINGS[key]):
+                    overrides[key] = value
+            elif key in schema.CONNECTOR:
+                self.check.value(where, value, schema.CONNECTOR[key])
+            elif key.startswith("ssh_"):
+                self.error(where, value, "connections are the site file's: set [ssh] and each node's ssh_host there, where they are checked per node")
+            elif not key.startswith("_"):
+                self.error(where, value, unknown(key, schema.SETTINGS, "the settings"))
+        effective = {**defaults, **settings, **overrides}
+        where = {key: ("--data " if key in overrides else "settings.") + key for key in effective}
+        Relations(effective, where, serving, self.error, self.failed).check()
+        return settings, effective
+
+
+class Relations:
+    """What no single key can say: the settings against each other and against what is served."""
+
+    def __init__(self, effective: dict, where: dict, serving: dict, error, failed):
+        self.values, self.where, self.serving, self.error, self.failed = effective, where, serving, error, failed
+
+    def check(self) -> None:
+        values, where = self.values, self.where
+        if values["profile"] not in self.serving["profiles"] and not self.failed("profile", where["profile"]):
+            self.error(where["profile"], values["profile"], f"choose one of {', '.join(sorted(self.serving['profiles']))}")
+        if not ipaddress.ip_address(values["api_host"]).is_loopback and not values["api_public"]:
+            self.error(where["api_host"], values["api_host"], "the API would answer beyond this machine: keep 127.0.0.1 "
+                       "(reach it through an SSH tunnel), or set api_public = true in [settings] to mean it")
+        ports: dict[int, str] = {}
         for key in ("api_port", "master_port", "watchdog_port"):
-            if not 0 < effective[key] < 65536:
-                self.error(where[key], effective[key], "use a TCP port between 1 and 65535")
-        try:
-            api_host = ipaddress.ip_address(effective["api_host"])
-        except ValueError:
-            self.error(where["api_host"], effective["api_host"], "use an IP address (127.0.0.1 keeps the API on loopback)")
-        else:
-            if not api_host.is_loopback and not effective["api_public"]:
-                self.error(where["api_host"], str(api_host), "the API would answer beyond this machine: keep 127.0.0.1 "
-                           "(reach it through an SSH tunnel), or set api_public = true in [settings] to mean it")
-        floor = effective["memory_floor_gib"]
-        if not 0 < floor <= 128:
-            self.error(where["memory_floor_gib"], floor, "use a number of GiB above 0 and at most 128")
-        path = str(effective["netplan_path"])
-        if not re.match(r"^/etc/netplan/[A-Za-z0-9_.-]+\.yaml$", path):
-            self.error(where["netplan_path"], path, "use a file directly under /etc/netplan ending in .yaml")
-        for key in ("state_dir", "model_dir", "stack_dir"):
-            if not re.match(r"^/[A-Za-z0-9_./-]+$", effective[key]) or "/../" in effective[key] + "/":
-                self.error(where[key], effective[key], "use an absolute path (letters, digits, '_', '.', '-', '/')")
-        if not str(effective["hf_token_file"]).startswith(("/", "~/")):
-            self.error(where["hf_token_file"], effective["hf_token_file"], "use an absolute path on the head, or one under ~/ (the deploy user's home)")
-        if not effective["hf_endpoint"].startswith(("https://", "http://")):
-            self.error(where["hf_endpoint"], effective["hf_endpoint"], "use the hub's URL, e.g. https://huggingface.co")
-        if effective["verify_model"] not in ("size", "full"):
-            self.error(where["verify_model"], effective["verify_model"], "use \"size\" (size and time against the manifest) or \"full\" (hash again)")
-        if not 1 <= effective["replication_streams"] <= 32:
-            self.error(where["replication_streams"], effective["replication_streams"], "use 1 to 32 streams per rail")
-        for key in ("container_mounts", "container_devices", "vllm_extra_args"):
-            if not all(isinstance(item, str) and item for item in effective[key]):
-                self.error(where[key], effective[key], "use a list of strings")
-        for path in effective["container_mounts"]:
-            if not str(path).startswith("/"):
-                self.error(where["container_mounts"], path, "mount absolute host paths")
-        return {key: value for key, value in settings.items() if key in defaults}
+            if values[key] in ports:
+                self.error(where[key], values[key], f"{ports[values[key]]} uses that port already: give each its own")
+            ports.setdefault(values[key], key)
+        self._directories()
+
+    def _directories(self) -> None:
+        """The directories the deploy owns are apart: none inside another, except the model's
+        own directory inside state_dir (and never in one of state_dir's own entries)."""
+        values, where = self.values, self.where
+        state, model, stack = values["state_dir"], values["model_dir"], values["stack_dir"]
+
+        def inside(path: str, parent: str) -> bool:
+            return path == parent or path.startswith(parent.rstrip("/") + "/")
+
+        for key, path, other_key, other in (("model_dir", model, "stack_dir", stack), ("state_dir", state, "stack_dir", stack)):
+            if inside(path, other) or inside(other, path):
+                self.error(where[key], path, f"{other_key} is {other}: keep the deploy's directories apart (neither inside the other)")
+        if inside(state, model):
+            self.error(where["model_dir"], model, f"state_dir {state} would be inside the model's directory: use a directory of its own, e.g. {state}/model")
+        elif inside(model, state) and model.split("/")[len(state.rstrip("/").split("/"))] in STATE_ENTRIES:
+            self.error(where["model_dir"], model, f"{state}/{model.split('/')[len(state.rstrip('/').split('/'))]} is the deploy's own: use e.g. {state}/model")
+        source = self.serving["model"].get("path")
+        if source and (inside(model, source) or inside(source, model)):
+            self.error("model.path", source, f"the weights are copied into model_dir {model}: keep the source outside it (and it outside the source)")

@@ -53,7 +53,7 @@ address = "10.0.1.2/24"
 # (case, text to replace, replacement, extra CLI args, what the message must name)
 BAD_CONFIGURATIONS = [
     ("placeholder left", 'user = "spark"', 'user = "CHANGE_ME"', [], "ssh.user"),
-    ("two heads", 'role = "worker"', 'role = "head"', [], "node[].role"),
+    ("two heads", 'role = "worker"', 'role = "head"', [], "node[1].role"),
     ("invalid address", 'address = "10.0.0.1/24"', 'address = "10.0.0.300/24"', [], "node[0].rail[0].address"),
     ("duplicated address", 'address = "10.0.0.2/24"', 'address = "10.0.0.1/24"', [], "worker rail[0].address"),
     ("rail ends in two subnets", 'address = "10.0.0.2/24"', 'address = "10.0.7.2/24"', [], "rail[0].address"),

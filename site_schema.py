@@ -1,0 +1,375 @@
+"""The site file's schema as data: every key of every table with its type, its bounds or grammar,
+and the fix a person reads when a value is wrong. One engine (`Checker`) reads these tables; the
+relations between keys (distinct ports, nested directories, rails) are checked in site_config.py.
+
+A `Key` checks one value: its kind first (booleans are never numbers), then its own rule, which
+returns None or the fix. Lists check each item, tables each name and value."""
+
+from __future__ import annotations
+
+import ipaddress
+import posixpath
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from urllib.parse import urlsplit
+
+CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
+NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
+COMMIT = re.compile(r"^[0-9a-f]{40}$")
+DIGEST_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:([0-9a-f]{64})$")
+HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
+SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
+COMMAND = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}$")
+NETDEV = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")
+RDMA = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
+USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
+HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
+DNS_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
+DEBIAN_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
+PATH_TEXT = re.compile(r"^/[A-Za-z0-9_.+@/-]*$")
+ULIMITS = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss",
+           "rtprio", "rttime", "sigpending", "stack")
+# Directories the deploy must never own, clean or re-own: the system's trees (nothing inside
+# them either) and the shared directories in which a dedicated one may live.
+SYSTEM_TREES = ("/bin", "/boot", "/dev", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin", "/snap",
+                "/sys", "/tmp", "/usr", "/var/lib/docker", "/var/lib/containerd", "/var/run", "/etc/ssh",
+                "/etc/netplan", "/etc/systemd", "/etc/security", "/etc/sysctl.d", "/etc/apt", "/var/log")
+SHARED_DIRECTORIES = ("/", "/etc", "/home", "/media", "/mnt", "/opt", "/root", "/srv", "/var", "/var/cache",
+                      "/var/lib", "/var/opt", "/var/tmp", "/usr/local", "/data")
+NETPLAN_OF_THE_SYSTEM = re.compile(r"^(00-installer-config|01-netcfg|01-network-manager-all|50-cloud-init|90-NM-.*)\.yaml$")
+
+Rule = Callable[[object], "str | None"]
+
+
+@dataclass(frozen=True)
+class Key:
+    """One key: its kind, the fix for a value of another kind, and a rule for the value itself.
+    ``item`` checks list items and table values; ``names`` checks a table's own key names."""
+
+    kind: type | tuple[type, ...]
+    fix: str
+    rule: Rule | None = None
+    item: Key | None = None
+    names: Key | None = None
+    required: bool = False
+
+
+def kind_ok(value, kind) -> bool:
+    kinds = kind if isinstance(kind, tuple) else (kind,)
+    if isinstance(value, bool):
+        return bool in kinds
+    if float in kinds and isinstance(value, int):
+        return True
+    return isinstance(value, kinds)
+
+
+# Rules: each returns None for a good value, else the fix.
+
+def between(low, high, fix: str) -> Rule:
+    return lambda value: None if low <= value <= high else fix
+
+
+def above(low, high, fix: str) -> Rule:
+    return lambda value: None if low < value <= high else fix
+
+
+def matching(pattern: re.Pattern, fix: str) -> Rule:
+    return lambda value: None if pattern.match(value) else fix
+
+
+def one_of(*choices) -> Rule:
+    return lambda value: None if value in choices else f"use one of {', '.join(map(repr, choices))}"
+
+
+def single_line(value: str) -> str | None:
+    return "write it on one line, without control characters" if CONTROL.search(value) else None
+
+
+def absolute_path(value: str) -> str | None:
+    if not PATH_TEXT.match(value):
+        return "use an absolute path of letters, digits and '_.+@-/' (no spaces, quotes or ':')"
+    if posixpath.normpath(value) != value or value.startswith("//"):
+        return f"write the path normalised: {posixpath.normpath(value)!r}"
+    return None
+
+
+def owned_directory(value: str) -> str | None:
+    """A directory the deploy creates, fills and may clean: never a system or shared one."""
+    problem = absolute_path(value)
+    if problem:
+        return problem
+    for tree in SYSTEM_TREES:
+        if value == tree or value.startswith(tree + "/"):
+            return f"{tree} belongs to the system: use a directory of its own, e.g. /var/lib/dual-spark/..."
+    if value in SHARED_DIRECTORIES or re.match(r"^/home/[^/]+$", value):
+        return "that directory holds more than this deploy's files: name a directory of its own inside it, e.g. /var/lib/dual-spark"
+    return None
+
+
+def file_under(directory: str, suffix: str, example: str) -> Rule:
+    pattern = re.compile(rf"^{re.escape(directory)}/[A-Za-z0-9_][A-Za-z0-9_.-]*{re.escape(suffix)}$")
+    return lambda value: None if pattern.match(value) else f"use a file directly under {directory}/ ending in {suffix}, e.g. {example}"
+
+
+def netplan_file(value: str) -> str | None:
+    problem = file_under("/etc/netplan", ".yaml", "/etc/netplan/40-dual-spark.yaml")(value)
+    if problem:
+        return problem
+    if NETPLAN_OF_THE_SYSTEM.match(posixpath.basename(value)):
+        return "that file configures the management LAN (the installer's, cloud-init's or NetworkManager's): keep 40-dual-spark.yaml"
+    return None
+
+
+def token_file(value: str) -> str | None:
+    if CONTROL.search(value) or ":" in value or not value.startswith(("/", "~/")):
+        return "use an absolute path on the head, or one under ~/ (the deploy user's home), without ':' or control characters"
+    return None
+
+
+def api_address(value: str) -> str | None:
+    try:
+        address = ipaddress.ip_address(value)
+    except ValueError:
+        return "use an IPv4 address (127.0.0.1 keeps the API on loopback)"
+    if address.version != 4:
+        return "use an IPv4 address: the API, its tunnel and the clients speak IPv4 (127.0.0.1 keeps it on loopback)"
+    if address.is_multicast or address.is_reserved or address == ipaddress.IPv4Address("255.255.255.255"):
+        return "use an address of this machine (127.0.0.1 keeps the API on loopback)"
+    return None
+
+
+def hub_url(value: str) -> str | None:
+    fix = "use the hub's URL, http(s)://host[:port][/path], e.g. https://huggingface.co"
+    if CONTROL.search(value) or re.search(r"[\s\"'`$\\;|&<>]", value):
+        return fix
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return fix
+    if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment or parts.username:
+        return fix
+    return None
+
+
+def ssh_address(value: str) -> str | None:
+    try:
+        ipaddress.ip_address(value)
+        return None
+    except ValueError:
+        pass
+    return None if DNS_NAME.match(value) else "use the node's management IP address or DNS name (letters, digits, '-', '.')"
+
+
+def gpus(value: str) -> str | None:
+    return None if re.match(r"^(|all|[1-9][0-9]?)$", value) else "use \"all\", a GPU count, or \"\" for none"
+
+
+def gid_index(value) -> str | None:
+    if isinstance(value, str):
+        return None if value == "auto" else "use \"auto\" (found per node) or a GID table index 0-255"
+    return None if 0 <= value <= 255 else "use \"auto\" (found per node) or a GID table index 0-255"
+
+
+def rail_address(value: str) -> str | None:
+    fix = "use a unicast IPv4 host address with its prefix, in a subnet with room for both ends, e.g. 10.0.0.1/24"
+    try:
+        interface = ipaddress.IPv4Interface(value)
+    except (ipaddress.AddressValueError, ipaddress.NetmaskValueError, ValueError):
+        return fix
+    ip, network = interface.ip, interface.network
+    if network.prefixlen > 30 or ip in (network.network_address, network.broadcast_address):
+        return fix
+    if ip.is_loopback or ip.is_multicast or ip.is_unspecified or ip.is_reserved:
+        return fix
+    return None
+
+
+def command_or_path(value: str) -> str | None:
+    if COMMAND.match(value):
+        return None
+    return absolute_path(value) and "use a command name (python3) or an absolute path inside the image (/opt/env/bin/python)"
+
+
+def model_path(value: str) -> str | None:
+    problem = absolute_path(value)
+    if problem:
+        return problem
+    return "name the weights' own directory, not /" if value == "/" else None
+
+
+# Shapes reused across tables.
+
+def env_table(fix_where: str) -> Key:
+    return Key(dict, f"write {fix_where} as a table of NAME = \"value\"",
+               names=Key(str, "use a name", matching(ENV_NAME, "name environment variables with letters, digits and '_', not starting with a digit")),
+               item=Key(str, "write environment values as strings (quote numbers: \"1\")", single_line))
+
+
+def scalar_table(fix: str) -> Key:
+    return Key(dict, fix, names=Key(str, "use a name", matching(IDENTIFIER, "use lower-case option names (letters, digits, '_')")),
+               item=Key((str, int, float, bool), "use a string, number or true/false"))
+
+
+def positive(high: int, fix: str) -> Key:
+    return Key(int, "use a whole number", between(1, high, fix))
+
+
+def port() -> Key:
+    return Key(int, "use a whole number", between(1, 65535, "use a TCP port between 1 and 65535"))
+
+
+def text(rule: Rule, fix: str = "use a string", required: bool = False) -> Key:
+    return Key(str, fix, rule, required=required)
+
+
+def flag() -> Key:
+    return Key(bool, "use true or false")
+
+
+SSH = {
+    "user": text(matching(USER, "set the deploy user, a Linux user name present on both Sparks"), required=True),
+    "key": text(lambda v: None if v.startswith(("/", "~/")) and not CONTROL.search(v) else "use the private key's absolute path or ~/..."),
+    "port": port(),
+    "known_hosts": text(lambda v: None if v.startswith(("/", "~/")) and not CONTROL.search(v) else "use an absolute path or ~/..."),
+}
+
+RAIL = {
+    "netdev": text(matching(NETDEV, "use the CX-7 interface name (at most 15 letters, digits, '_.-'), e.g. enp1s0f0np0"), required=True),
+    "rdma": text(matching(RDMA, "use the RDMA device of that interface (ls /sys/class/infiniband), e.g. rocep1s0f0"), required=True),
+    "address": text(rail_address, required=True),
+    "gid_index": Key((str, int), "use \"auto\" (found per node) or a GID table index 0-255", gid_index),
+}
+
+NODE = {
+    "role": text(one_of("head", "worker"), required=True),
+    "hostname": text(matching(HOSTNAME, "set the node's hostname (letters, digits, '-')"), required=True),
+    "ssh_host": text(ssh_address, required=True),
+    "rail": Key(list, "declare each rail as [[node.rail]] under its [[node]]", required=True),
+}
+
+MODEL = {
+    "repo": text(matching(HF_REPO, "name the hub repository as owner/name")),
+    "revision": text(matching(COMMIT, "pin the revision: the 40-hex commit id of the repository (a branch moves)")),
+    "path": text(model_path),
+    "served_name": text(matching(SERVED_NAME, "use letters, digits and '._:/-' (the name clients ask for)"), required=True),
+    "tokenizer_mode": text(matching(IDENTIFIER, "use vLLM's tokenizer mode name, e.g. auto or deepseek_v4"), required=True),
+    "tool_call_parser": text(lambda v: None if v == "" or IDENTIFIER.match(v) else "use vLLM's parser name (e.g. deepseek_v4), or \"\" for none"),
+    "reasoning_parser": text(lambda v: None if v == "" or IDENTIFIER.match(v) else "use vLLM's parser name (e.g. deepseek_v4), or \"\" for none"),
+}
+
+IMAGE = {
+    "ref": text(matching(DIGEST_REF, "pin the image by digest: registry/name@sha256:<64 hex>")),
+    "build": text(lambda v: None if not CONTROL.search(v) and ":" not in v else "use a directory path (relative to the repository, or absolute)"),
+    "kv_cache_dtypes": Key(list, "list the KV cache dtypes the image is built for", lambda v: None if v else "list at least one", required=True,
+                           item=text(matching(IDENTIFIER, "use vLLM's dtype names, e.g. fp8"))),
+    "python": text(command_or_path, required=True),
+    "vllm": text(command_or_path, required=True),
+    "env": env_table("the image's env"),
+}
+
+PROFILE = {
+    "base": text(matching(NAME, "name the profile this one starts from, e.g. \"adaptive\"")),
+    "image": text(matching(NAME, "name one of the images"), required=True),
+    "kv_cache_dtype": text(matching(IDENTIFIER, "use vLLM's KV cache dtype name, e.g. fp8"), required=True),
+    "max_model_len": Key(int, "use a whole number", between(256, 16_777_216, "use a window of 256 to 16,777,216 tokens (900000 published)"), required=True),
+    "max_num_seqs": Key(int, "use a whole number", between(1, 1024, "use 1 to 1024 sequences (4 published)"), required=True),
+    "max_num_batched_tokens": Key(int, "use a whole number", between(16, 1_048_576, "use 16 to 1,048,576 tokens (8192 published)"), required=True),
+    "gpu_memory_utilization": Key(float, "use a number", above(0, 1, "use a fraction above 0 and at most 1 (0.80 published)"), required=True),
+    "speculative_tokens": Key(int, "use a whole number", between(0, 16, "use 0 (no speculation) to 16 draft tokens (5 or 7 published)"), required=True),
+    "thinking": Key(bool, "use true or false", required=True),
+    "prefix_caching": Key(bool, "use true or false", required=True),
+    "flashinfer_autotune": Key(bool, "use true or false", required=True),
+    "privileged": Key(bool, "use true or false", required=True),
+    "agent_compact_tokens": Key(int, "use a whole number", between(1024, 16_777_216, "use 1,024 tokens or more (150000 published)"), required=True),
+    "env": env_table("a profile's env"),
+}
+
+SETTINGS = {
+    "profile": text(matching(NAME, "name a profile (adaptive, fast, long-c4)")),
+    "api_host": text(api_address),
+    "api_port": port(),
+    "api_public": flag(),
+    "master_port": port(),
+    "watchdog_port": port(),
+    "block_size": Key(int, "use a whole number", lambda v: None if v in (16, 32, 64, 128, 256) else "use 16, 32, 64, 128 or 256 (256 published)"),
+    "speculative_method": text(matching(IDENTIFIER, "use vLLM's speculative method name, e.g. dspark or ngram")),
+    "speculative_options": scalar_table("write more --speculative-config keys as a table, e.g. {prompt_lookup_max = 3}"),
+    "generation_config": scalar_table("write request defaults as a table, e.g. {temperature = 0.0}"),
+    "vllm_extra_args": Key(list, "use a list of strings", item=text(lambda v: single_line(v) if v else "drop empty arguments")),
+    "serving_ready_timeout": positive(86_400, "use 1 to 86400 seconds"),
+    "serving_env": env_table("serving_env"),
+    "container_gpus": text(gpus),
+    "container_devices": Key(list, "use a list of device paths", item=text(lambda v: absolute_path(v) or (None if v.startswith("/dev/") else "use a device under /dev"))),
+    "container_ulimits": Key(dict, "write ulimits as a table, e.g. {memlock = -1}",
+                             names=text(one_of(*ULIMITS)),
+                             item=Key(int, "use a whole number", between(-1, 2**62, "use -1 (unlimited) or a limit of 0 or more"))),
+    "container_mounts": Key(list, "use a list of absolute host paths", item=text(lambda v: absolute_path(v) or (None if v != "/" else "mount a directory, not /"))),
+    "container_env": env_table("container_env"),
+    "state_dir": text(owned_directory),
+    "model_dir": text(owned_directory),
+    "stack_dir": text(owned_directory),
+    "hf_endpoint": text(hub_url),
+    "hf_token_file": text(token_file),
+    "verify_model": text(one_of("size", "full")),
+    "replication_streams": positive(32, "use 1 to 32 streams per rail"),
+    "fabric_mtu": Key(int, "use a whole number", between(1280, 9216, "use an MTU between 1280 and 9216 (9000 for jumbo frames)")),
+    "netplan_path": text(netplan_file),
+    "expected_link_speed_mbps": Key(int, "use a whole number", between(1000, 800_000, "use the link speed in Mb/s, 1000 to 800000 (200000 for a CX-7 port)")),
+    "host_packages": Key(list, "use a list of Debian package names", item=text(matching(DEBIAN_PACKAGE, "use a Debian package name (lower-case letters, digits, '+.-')"))),
+    "memlock_limits_path": text(file_under("/etc/security/limits.d", ".conf", "/etc/security/limits.d/99-rdma.conf")),
+    "memlock_systemd_path": text(file_under("/etc/systemd/system.conf.d", ".conf", "/etc/systemd/system.conf.d/90-rdma-memlock.conf")),
+    "userns_sysctl_path": text(file_under("/etc/sysctl.d", ".conf", "/etc/sysctl.d/60-apparmor-userns.conf")),
+    "reboot_worker": flag(),
+    "show_program_diffs": flag(),
+    "memory_floor_gib": Key(float, "use a number", above(0, 128, "use a number of GiB above 0 and at most 128")),
+}
+
+# pyinfra connector keys a `--data` may set: connection details live in the site file, per node.
+CONNECTOR = {
+    "ssh_connect_timeout": positive(600, "use 1 to 600 seconds"),
+}
+
+
+class Checker:
+    """Checks values against keys and tables, reporting through ``error(field, seen, fix)``."""
+
+    def __init__(self, error: Callable[[str, object, str], None], suggest: Callable[[str, object, str], str]):
+        self.error, self.suggest = error, suggest
+
+    def value(self, where: str, value, key: Key) -> bool:
+        if not kind_ok(value, key.kind):
+            self.error(where, value, key.fix)
+            return False
+        ok = True
+        if key.rule is not None:
+            problem = key.rule(value)
+            if problem:
+                self.error(where, value, problem)
+                ok = False
+        if isinstance(value, list) and key.item is not None:
+            ok = all([self.value(f"{where}[{index}]", item, key.item) for index, item in enumerate(value)]) and ok
+        if isinstance(value, dict):
+            for name, item in value.items():
+                if key.names is not None and not self.value(where, name, key.names):
+                    ok = False
+                elif key.item is not None and not self.value(f"{where}.{name}", item, key.item):
+                    ok = False
+        return ok
+
+    def table(self, where: str, table: dict, schema: dict[str, Key], label: str, required: bool = True) -> dict:
+        """The keys of ``table`` that are known and valid; each unknown, wrong or missing one reported."""
+        good = {}
+        for name, value in table.items():
+            if name not in schema:
+                self.error(f"{where}.{name}" if where else name, value, self.suggest(name, schema, label))
+            elif self.value(f"{where}.{name}" if where else name, value, schema[name]):
+                good[name] = value
+        if required:
+            for name, key in schema.items():
+                if key.required and name not in table:
+                    self.error(f"{where}.{name}" if where else name, None, f"set {name} in {label}")
+        return good

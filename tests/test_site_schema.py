@@ -1,0 +1,228 @@
+"""The site file's schema (site_schema.py) through the loader: each class of broken input a user
+writes is refused naming the field, and generated wrong shapes and values for every declared key
+are refused naming it or accepted, never a traceback."""
+
+import copy
+import json
+import tomllib
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+import site_schema as schema
+from site_config import SiteError, default_settings, load_site
+from tests.test_site_config import GOOD_SITE
+
+GOOD = tomllib.loads(GOOD_SITE.format(port=22))
+
+
+def toml_string(text: str) -> str:
+    escaped = "".join(f"\\u{ord(c):04x}" if ord(c) < 0x20 or c == "\x7f" else "\\" + c if c in '"\\' else c for c in text)
+    return f'"{escaped}"'
+
+
+def toml_value(value) -> str:
+    if isinstance(value, str):
+        return toml_string(value)
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{toml_string(str(key))} = {toml_value(item)}" for key, item in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    if isinstance(value, float):
+        return repr(value)
+    return json.dumps(value)
+
+
+def toml_text(document: dict) -> str:
+    """A TOML document: scalars first, then tables, then arrays of tables (one level of nesting
+    inside them, as [[node.rail]])."""
+    lines = [f"{toml_string(key)} = {toml_value(value)}" for key, value in document.items()
+             if not isinstance(value, dict) and not (isinstance(value, list) and value and all(isinstance(v, dict) for v in value))]
+    for key, value in document.items():
+        if isinstance(value, dict):
+            lines += [f"[{toml_string(key)}]", *[f"{toml_string(k)} = {toml_value(v)}" for k, v in value.items()]]
+        elif isinstance(value, list) and value and all(isinstance(v, dict) for v in value):
+            for entry in value:
+                lines.append(f"[[{toml_string(key)}]]")
+                lines += [f"{toml_string(k)} = {toml_value(v)}" for k, v in entry.items()
+                          if not (isinstance(v, list) and v and all(isinstance(i, dict) for i in v))]
+                for k, v in entry.items():
+                    if isinstance(v, list) and v and all(isinstance(i, dict) for i in v):
+                        for item in v:
+                            lines.append(f"[[{toml_string(key)}.{toml_string(k)}]]")
+                            lines += [f"{toml_string(a)} = {toml_value(b)}" for a, b in item.items()]
+    return "\n".join(lines) + "\n"
+
+
+def load(tmp_path, document: dict, overrides: dict | None = None):
+    site = tmp_path / "site.toml"
+    site.write_text(toml_text(document))
+    return load_site(site, overrides)
+
+
+def refused(tmp_path, document: dict, overrides: dict | None = None) -> str:
+    with pytest.raises(SiteError) as error:
+        load(tmp_path, document, overrides)
+    return str(error.value)
+
+
+def with_(path: str, value, base: dict | None = None) -> dict:
+    """GOOD with one key set: ``settings.model_dir``, ``node.0.rail.1.address``, ``profile.fast.env``."""
+    document = copy.deepcopy(base or GOOD)
+    *parents, last = path.split(".")
+    table = document
+    for part in parents:
+        table = table[int(part)] if isinstance(table, list) else table.setdefault(part, {})
+    if isinstance(table, list):
+        table[int(last)] = value
+    else:
+        table[last] = value
+    return document
+
+
+def test_the_good_site_and_the_toml_writer_agree(tmp_path):
+    assert tomllib.loads(toml_text(GOOD)) == GOOD
+    assert load(tmp_path, GOOD).nodes["worker"].hostname == "spark-b"
+
+
+def test_every_default_setting_is_declared_and_valid(tmp_path):
+    defaults = default_settings()
+    assert set(defaults) == set(schema.SETTINGS)
+    load(tmp_path, with_("settings", defaults))
+
+
+# (what a user wrote, the field the message must name)
+USER_MISTAKES = [
+    (with_("settings.model_dir", "/."), "settings.model_dir"),
+    (with_("model", {"path": "/srv/weights", "served_name": "x", "tokenizer_mode": "auto"}, with_("settings.model_dir", "/usr")), "settings.model_dir"),
+    (with_("settings.model_dir", "/var/lib/dual-spark"), "settings.model_dir"),
+    (with_("settings.model_dir", "/var/lib/dual-spark/bin"), "settings.model_dir"),
+    (with_("settings.stack_dir", "/etc"), "settings.stack_dir"),
+    (with_("settings.stack_dir", "/var/lib/dual-spark/model/stack"), "settings.model_dir"),
+    (with_("settings.model_dir", "/var/lib/dual-spark/../../home"), "settings.model_dir"),
+    (with_("settings.state_dir", "/home/spark"), "settings.state_dir"),
+    (with_("settings.memlock_limits_path", "/etc/passwd"), "settings.memlock_limits_path"),
+    (with_("settings.netplan_path", "/etc/netplan/50-cloud-init.yaml"), "settings.netplan_path"),
+    (with_("model", {"path": "/var/lib/dual-spark/model", "served_name": "x", "tokenizer_mode": "auto"}), "model.path"),
+    (with_("model", "x"), "model"),
+    (with_("settings", "x"), "settings"),
+    (with_("ssh", "x"), "ssh"),
+    (with_("profile", "fast"), "profile"),
+    (with_("node", GOOD["node"][0]), "node"),
+    (with_("node.0.rail", GOOD["node"][0]["rail"][0]), "node[0].rail"),
+    (with_("node.0", {k: v for k, v in GOOD["node"][0].items() if k != "role"}), "node[0].role"),
+    (with_("node.0.rail.0.gid_index", True), "node[0].rail[0].gid_index"),
+    (with_("settings.serving_ready_timeout", 0), "settings.serving_ready_timeout"),
+    (with_("settings.replication_streams", -1), "settings.replication_streams"),
+    (with_("settings.block_size", 0), "settings.block_size"),
+    (with_("settings.expected_link_speed_mbps", 0), "settings.expected_link_speed_mbps"),
+    (with_("settings.fabric_mtu", True), "settings.fabric_mtu"),
+    (with_("profile.fast", {"speculative_tokens": 1000}), "profile.fast.speculative_tokens"),
+    (with_("profile.fast", {"max_model_len": 10**12}), "profile.fast.max_model_len"),
+    (with_("settings.master_port", 8888), "settings.master_port"),
+    (with_("node.0.rail.0.address", "127.0.0.1/8"), "node[0].rail[0].address"),
+    (with_("node.0.rail.0.address", "224.0.0.9/24"), "node[0].rail[0].address"),
+    (with_("node.1.rail.1.address", "10.0.1.2/16", with_("node.0.rail.1.address", "10.0.1.1/16")), "rail[1].address"),
+    (with_("node.1.hostname", "SPARK-A"), "node[].hostname"),
+    (with_("profile.adaptive", {"env": {"X: 1\n    pid: host\n    cap_add: [ALL]\n#": "1"}}), "profile.adaptive.env"),
+    (with_("profile.adaptive", {"env": {"NCCL_DEBUG": 1}}), "profile.adaptive.env.NCCL_DEBUG"),
+    (with_("settings.serving_env", {"A": "1\n    pid: host"}), "settings.serving_env.A"),
+    (with_("settings.container_env", {"1X": "a"}), "settings.container_env.1X"),
+    (with_("image.tony-overlay", {"env": {"A B": "x"}}), "image.tony-overlay.env.A B"),
+    (with_("settings.container_devices", ["dev/infiniband"]), "settings.container_devices[0]"),
+    (with_("settings.container_mounts", ["/opt/x\n      - /:/host"]), "settings.container_mounts[0]"),
+    (with_("settings.container_mounts", ["relative/path"]), "settings.container_mounts[0]"),
+    (with_("node.0.ssh_host", "-oProxyCommand=touch /tmp/x"), "node[0].ssh_host"),
+    (with_("node.0.ssh_host", " "), "node[0].ssh_host"),
+    (with_("node.0.ssh_host", "host; reboot"), "node[0].ssh_host"),
+    (with_("model.repo", "owner/name; rm -rf /"), "model.repo"),
+    (with_("image.tony-overlay.python", "python3; id"), "image.tony-overlay.python"),
+    (with_("settings.hf_endpoint", "https://hub.example $(id)"), "settings.hf_endpoint"),
+    (with_("settings.speculative_method", "ngram --foo"), "settings.speculative_method"),
+    (with_("settings.host_packages", ["rsync; rm -rf /"]), "settings.host_packages[0]"),
+    (with_("settings.api_host", "::1"), "settings.api_host"),
+    (with_("settings.container_ulimits", {"memlock": "unlimited"}), "settings.container_ulimits.memlock"),
+    (with_("settings.vllm_extra_args", ["--x\n"]), "settings.vllm_extra_args[0]"),
+]
+
+
+@pytest.mark.parametrize("document, field", USER_MISTAKES, ids=[m[1] + f"#{i}" for i, m in enumerate(USER_MISTAKES)])
+def test_a_user_mistake_is_refused_naming_the_field(tmp_path, document, field):
+    assert f"- {field} = " in refused(tmp_path, document)
+
+
+@pytest.mark.parametrize("overrides, field", [
+    ({"model_dir": "/home"}, "--data model_dir"),
+    ({"state_dir": "/."}, "--data state_dir"),
+    ({"ssh_hostname": "10.9.9.9"}, "--data ssh_hostname"),
+    ({"ssh_user": "root"}, "--data ssh_user"),
+    ({"serving_ready_timeout": -1}, "--data serving_ready_timeout"),
+    ({"profile": ["fast"]}, "--data profile"),
+    ({"model_dir": "/var/lib/dual-spark", "state_dir": "/var/lib/dual-spark"}, "--data model_dir"),
+])
+def test_a_bad_override_is_refused_naming_it(tmp_path, overrides, field):
+    assert f"- {field} = " in refused(tmp_path, GOOD, overrides)
+
+
+def test_unreadable_site_files_are_refused_plainly(tmp_path):
+    (tmp_path / "latin1.toml").write_bytes(b'[ssh]\nuser = "sp\xe4rk"\n')
+    with pytest.raises(SiteError, match="not UTF-8"):
+        load_site(tmp_path / "latin1.toml")
+    with pytest.raises(SiteError, match="not a file"):
+        load_site(tmp_path)
+
+
+def test_what_a_site_may_mean_is_accepted(tmp_path):
+    site = load(tmp_path, with_("settings", {
+        "model_dir": "/data/models/deepseek", "stack_dir": "/etc/dual-spark-b", "api_host": "192.168.1.5", "api_public": True,
+        "container_env": {"NCCL_DEBUG": "INFO"}, "host_packages": ["g++", "libnuma1"], "hf_token_file": "/home/spark/my token",
+    }, with_("node.0.ssh_host", "spark-a.lan")))
+    assert site.settings["model_dir"] == "/data/models/deepseek"
+
+
+# Generated: every declared key of every table gets values of every shape.
+VALUES = st.recursive(
+    st.booleans() | st.integers(-(2**63), 2**63 - 1) | st.floats(allow_nan=False)
+    | st.text(st.characters(blacklist_categories=("Cs",)), max_size=20)
+    | st.sampled_from(["/", "/.", "/etc", "/usr/lib", "..", "-o", "a\nb", "auto", "10.0.0.1/24", "::1", "CHANGE_ME"]),
+    lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=8), inner, max_size=3),
+    max_leaves=6,
+)
+PLACES = (
+    [(f"ssh.{key}", f"ssh.{key}") for key in schema.SSH]
+    + [(f"node.0.{key}", f"node[0].{key}") for key in schema.NODE]
+    + [(f"node.1.rail.0.{key}", f"node[1].rail[0].{key}") for key in schema.RAIL]
+    + [(f"settings.{key}", f"settings.{key}") for key in schema.SETTINGS]
+    + [(f"model.{key}", f"model.{key}") for key in schema.MODEL]
+    + [(f"image.tony-overlay.{key}", f"image.tony-overlay.{key}") for key in schema.IMAGE]
+    + [(f"profile.fast.{key}", f"profile.fast.{key}") for key in schema.PROFILE]
+)
+
+
+def outcome(tmp_path, document: dict, overrides: dict | None = None) -> str | None:
+    """None when valid, else the message; anything but SiteError fails the test."""
+    try:
+        load(tmp_path, document, overrides)
+    except SiteError as error:
+        return str(error)
+    return None
+
+
+@pytest.mark.parametrize("place, field", PLACES, ids=[p[1] for p in PLACES])
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=VALUES)
+def test_any_value_of_any_key_is_refused_naming_it_or_accepted(tmp_path, place, field, value):
+    message = outcome(tmp_path, with_(place, value))
+    if message is not None:
+        key = field.rsplit(".", 1)[-1]
+        assert any(line.startswith("  - ") and key in line for line in message.splitlines()[1:]), message
+
+
+@pytest.mark.parametrize("key", sorted(schema.SETTINGS))
+@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@given(value=VALUES)
+def test_any_override_is_refused_naming_it_or_accepted(tmp_path, key, value):
+    message = outcome(tmp_path, GOOD, {key: value})
+    if message is not None:
+        assert f"- --data {key}" in message, message
