@@ -11,6 +11,7 @@ import re
 import subprocess
 from pathlib import Path
 
+import click
 import pytest
 
 from lab import faults, image, nodes
@@ -50,6 +51,35 @@ def tree_digest(root: Path) -> dict[str, str]:
     return digest
 
 
+PROGRAMS = ("files/runtime/model_sync.py", "files/runtime/fetch_model.py", "files/serving/health.py", "files/serving/watchdog.py")
+
+
+def new_file_diffs(output: str) -> dict[str, list[bool]]:
+    """Path -> whether each "Will create" diff of it shows every line its hunk header counts."""
+    shown: dict[str, list[bool]] = {}
+    lines = click.unstyle(output).splitlines()
+    for index, line in enumerate(lines):
+        created = re.search(r"Will create (/\S+)$", line)
+        header = re.fullmatch(r"\s*@@ -0,0 \+1(?:,(\d+))? @@", lines[index + 1]) if created and index + 1 < len(lines) else None
+        if header:
+            added = 0
+            while index + 2 + added < len(lines) and re.match(r"\s*\+ ", lines[index + 2 + added]):
+                added += 1
+            shown.setdefault(created.group(1), []).append(added == int(header.group(1) or 1))
+    return shown
+
+
+def program_defs() -> list[str]:
+    """The def and class lines of the helper programs the deploy ships."""
+    return [line for source in PROGRAMS for line in (REPO / source).read_text().splitlines() if line.startswith(("def ", "class "))]
+
+
+def program_lines(output: str) -> list[str]:
+    """The lines of a diff that show a helper program's def or class lines."""
+    defs = set(program_defs())
+    return [line for line in click.unstyle(output).splitlines() if re.sub(r"^\s*\+ ", "", line) in defs]
+
+
 def node_file(node, path: str) -> str:
     return (node.root / path.lstrip("/")).read_text()
 
@@ -69,12 +99,27 @@ def test_machine_id_repair_refuses_an_unexpected_hostname(lab, tmp_path):
 
 def test_a_dry_run_on_the_factory_image_shows_every_step_and_changes_nothing(lab):
     """What a user sees first (--dry, or the diff shown before asking): every step's change, the
-    serving stacks included, though the rails have no address and so no GID yet."""
+    serving stacks included, though the rails have no address and so no GID yet. Configuration
+    shows its whole diff; a helper program one line (its body with show_program_diffs=true)."""
     before = {node.role: tree_digest(node.dir / "upper") for node in NODES.values()}
     result = pyinfra("--dry")
     assert result.returncode == 0, result.stdout
     assert re.search(r"Start the head's stack \(rank 0, the API\).*\s1 \(spark-head\)", result.stdout), result.stdout
     assert 'NCCL_IB_GID_INDEX: "the RoCE v2 GID of 10.0.0.2 on rocep1s0f0, read once the rail has that address"' in result.stdout
+    shown = new_file_diffs(result.stdout)
+    for path in ("/etc/netplan/40-dual-spark.yaml", "/etc/dual-spark/compose.yaml", "/etc/dual-spark/launch.sh",
+                 "/etc/security/limits.d/99-rdma.conf", "/etc/systemd/system.conf.d/90-rdma-memlock.conf",
+                 "/etc/sysctl.d/60-apparmor-userns.conf"):
+        assert shown.get(path) == [True, True], f"{path}: {shown.get(path)}\n{result.stdout}"
+    for source in PROGRAMS:
+        text = (REPO / source).read_text()
+        line = (f"Will create /var/lib/dual-spark/bin/{Path(source).name} (program, {len(text.splitlines())} lines, "
+                f"sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]}): full diff with --data show_program_diffs=true")
+        assert result.stdout.count(line) == 2, result.stdout
+    assert not program_lines(result.stdout), result.stdout
+    assert len(result.stdout.splitlines()) < 600, "the first dry run no longer fits on a few screens"
+    full = pyinfra("--dry", "--data", "show_program_diffs=true")
+    assert full.returncode == 0 and len(program_lines(full.stdout)) == 2 * len(program_defs()), full.stdout
     assert {node.role: tree_digest(node.dir / "upper") for node in NODES.values()} == before
 
 
