@@ -3,16 +3,25 @@ API generates a token with its key and listens only where the site says."""
 
 from __future__ import annotations
 
-import re
+import yaml
 
 from checks import FAIL, PASS, Check
 
 LOGS = "docker logs --tail 50 dual-spark-vllm"
 
 
+def installed_stack(compose: list[str] | None) -> str | None:
+    """The stack hash the node's compose file labels its container with (None: no readable file)."""
+    try:
+        stack = yaml.safe_load("\n".join(compose or []))
+        return str(stack["services"]["vllm"]["labels"]["dual-spark.stack"])
+    except (yaml.YAMLError, KeyError, TypeError):
+        return None
+
+
 def container_check(name: str, profile: str, serving: dict) -> Check:
     container = serving["container"]
-    installed = next((m.group(1) for line in serving["compose"] or [] if (m := re.search(r'dual-spark.stack: "(\w+)"', line))), None)
+    installed = installed_stack(serving["compose"])
     if installed is None:
         return Check(name, "vLLM stack", FAIL, "no stack installed", "run the deploy (tasks/serving.py installs it)")
     if container is None:

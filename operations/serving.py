@@ -1,4 +1,5 @@
-"""Operations for serving: one compose stack per node, rendered from templates/serving/, checked
+"""Operations for serving: one compose stack per node (built as data, its launch script rendered
+from templates/serving/), checked
 by the real `docker compose config` before it is installed, and brought up in the only order
 two-node vLLM survives: the head stops first, a fresh worker starts, then the head. Containers
 restart only when their pair's stacks changed (or one of them is not running)."""
@@ -12,6 +13,7 @@ from io import StringIO
 from pathlib import Path
 
 import click
+import yaml
 from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
@@ -135,6 +137,48 @@ def environment(settings: dict, gid: int) -> dict[str, str]:
     return {**own, **settings["serving_env"], **settings["image"]["env"], **settings["profile"]["env"], **settings["container_env"]}
 
 
+def compose_stack(settings: dict, env: dict[str, str], stack_hash: str, model_digest: str) -> dict:
+    """The node's compose stack as data: every value a site gives lands as a value, never as YAML."""
+    role, profile = settings["role"], settings["profile"]
+    service = {
+        "image": settings["image"]["tag"], "pull_policy": "never", "container_name": "dual-spark-vllm",
+        "restart": "unless-stopped", "init": True, "network_mode": "host", "ipc": "host", "shm_size": "64gb",
+        "privileged": profile["privileged"],
+    }
+    if settings["gpus"]:
+        service["gpus"] = int(settings["gpus"]) if settings["gpus"].isdigit() else settings["gpus"]
+    if settings["devices"]:
+        service["devices"] = [f"{device}:{device}" for device in settings["devices"]]
+    service["ulimits"] = dict(settings["ulimits"])
+    service["labels"] = {"dual-spark.role": role, "dual-spark.profile": settings["profile_name"],
+                         "dual-spark.model": model_digest, "dual-spark.stack": stack_hash}
+    service["volumes"] = [
+        f"{settings['model_dir']}:/model:ro", "./launch.sh:/dual-spark/launch.sh:ro",
+        f"{settings['health_script']}:/dual-spark/health.py:ro", f"{settings['watchdog_script']}:/dual-spark/watchdog.py:ro",
+        f"{settings['restarts_dir']}:/dual-spark/state",
+        *([f"{settings['api_key_file']}:/run/secrets/dual-spark-api-key:ro"] if role == "head" else []),
+        *(f"{path}:{path}:ro" for path in settings["mounts"]),
+    ]
+    service["environment"] = dict(env)
+    service["entrypoint"] = ["/dual-spark/launch.sh"]
+    service["healthcheck"] = {
+        "test": ["CMD", settings["python"], "/dual-spark/watchdog.py", "check", "--ip", settings["rails"][0]["address"],
+                 "--port", str(settings["watchdog_port"])],
+        "interval": "15s", "timeout": "10s", "retries": 3,
+    }
+    return {"name": "dual-spark", "services": {"vllm": service}}
+
+
+def compose_file(settings: dict, env: dict[str, str], stack_hash: str, model_digest: str) -> str:
+    """compose.yaml: a managed-file header, then the stack serialised by a YAML library and read
+    back to prove it says what was meant."""
+    stack = compose_stack(settings, env, stack_hash, model_digest)
+    text = render("serving/compose-header.yaml.j2", **settings, rank=0 if settings["role"] == "head" else 1) + yaml.safe_dump(stack, sort_keys=False, width=10**6)
+    if yaml.safe_load(text) != stack:
+        raise OperationError(f"{settings['stack_dir']}/compose.yaml would not read back as the stack meant: refusing to write it")
+    return text
+
+
 def desired(settings: dict, gid: int, model_digest: str | None) -> Stack:
     """The node's compose file and launch script; the stack hash names both (a container label).
     The launch script names the watchdog's version: a new watchdog restarts the pair."""
@@ -142,8 +186,7 @@ def desired(settings: dict, gid: int, model_digest: str | None) -> Stack:
                     watchdog_digest=hashlib.sha256(WATCHDOG.read_bytes()).hexdigest()[:16])
 
     def compose(stack_hash: str) -> str:
-        return render("serving/compose.yaml.j2", **settings, rank=0 if settings["role"] == "head" else 1,
-                      environment=environment(settings, gid), stack_hash=stack_hash, model_digest=(model_digest or "none")[:12])
+        return compose_file(settings, environment(settings, gid), stack_hash, (model_digest or "none")[:12])
 
     stack_hash = hashlib.sha256((compose("") + launch).encode()).hexdigest()[:16]
     return Stack(compose(stack_hash), launch, stack_hash)

@@ -46,7 +46,7 @@ def healthy() -> dict:
         "ssh_to_peer": [], "unreadable": [],
         "image": ok(id=IMAGE_ID, smoke_tested=IMAGE_ID),
         "model": ok(exists=True, free_bytes=1 << 40, manifest=None, verified=DIGEST, changed=[], token_mode=None),
-        "serving": ok(compose=['      dual-spark.stack: "9d2e0c1a"'], launch=["#!/bin/sh"], api_key=False, rdma=ok(devices={}),
+        "serving": ok(compose=["services:", "  vllm:", "    labels:", '      dual-spark.stack: "9d2e0c1a"'], launch=["#!/bin/sh"], api_key=False, rdma=ok(devices={}),
                       container={"id": "4f1c", "status": "running", "started": "2026-11-29T20:01:02.512Z", "restarts": 0,
                                  "stack": "9d2e0c1a", "profile": "adaptive", "image": IMAGE_ID, "health": ""}),
         "api": None, "listening": [],

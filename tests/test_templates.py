@@ -2,11 +2,13 @@
 networkd configuration it generates carries exactly the rails' addresses and MTU."""
 
 import ipaddress
+import json
 import shutil
 import subprocess
 from pathlib import Path
 
 import pytest
+import yaml
 
 from operations.fabric import render_netplan
 from site_config import Rail
@@ -58,3 +60,20 @@ def test_netplan_generate_rejects_what_it_should(tmp_path):
     result = generate(tmp_path, render_netplan("a", "b", bad, 9000))
     assert result.returncode != 0
     assert "prefix" in result.stderr.lower()
+
+
+def test_compose_is_serialised_so_no_value_becomes_yaml():
+    """Values a site hands over land as values: a newline and YAML in an env value or a mount
+    add no service key, no volume, and read back exactly as written."""
+    from operations.serving import compose_file, environment
+
+    case = json.loads((Path(__file__).parent / "operations/serving.stack_up/head_in_place.json").read_text())
+    settings = case["args"]["settings"]
+    hostile = "1\n    pid: host\n    cap_add: [ALL]\n#"
+    settings = {**settings, "container_env": {"X": hostile}, "mounts": ["/opt/a b\n      - /:/host"]}
+    text = compose_file(settings, environment(settings, 3), "abc", "def")
+    service = yaml.safe_load(text)["services"]["vllm"]
+    assert "pid" not in service and "cap_add" not in service
+    assert service["environment"]["X"] == hostile
+    assert service["volumes"][-1] == "/opt/a b\n      - /:/host:/opt/a b\n      - /:/host:ro"
+    assert len(service["volumes"]) == 7
