@@ -12,27 +12,30 @@ from facts.combine import combined, split
 
 class Image(TypedDict):
     id: str | None
+    size: int | None
     smoke_tested: str | None
     unreadable: list[str]
 
 
 class ImageState(FactBase[Image]):
     """
-    The ID of the image tagged ``tag`` (None where the node lacks it), and the image ID the
-    smoke test last passed for (read from ``marker``).
+    The ID and size in bytes of the image tagged ``tag`` (None where the node lacks it), and the
+    image ID the smoke test last passed for (read from ``marker``).
 
     .. code:: python
 
-        {"id": "sha256:9e69ec7f2e68...", "smoke_tested": "sha256:9e69ec7f2e68...", "unreadable": []}
+        {"id": "sha256:9e69ec7f2e68...", "size": 21474836480, "smoke_tested": "sha256:9e69ec7f2e68...",
+         "unreadable": []}
     """
 
     @staticmethod
     def default() -> Image:
-        return {"id": None, "smoke_tested": None, "unreadable": []}
+        return {"id": None, "size": None, "smoke_tested": None, "unreadable": []}
 
     def command(self, tag: str, marker: str) -> StringCommand:
         return combined({
             "id": StringCommand("docker", "image", "inspect", "-f", "'{{.Id}}'", QuoteString(tag), "2>/dev/null"),
+            "size": StringCommand("docker", "image", "inspect", "-f", "'{{.Size}}'", QuoteString(tag), "2>/dev/null"),
             "smoke": StringCommand("cat", QuoteString(marker), "2>/dev/null"),
         })
 
@@ -47,7 +50,10 @@ class ImageState(FactBase[Image]):
 
         found, bad = image_id(sections.get("id", []))
         smoke, bad_smoke = image_id(sections.get("smoke", []))
-        return {"id": found, "smoke_tested": smoke, "unreadable": sections[""] + bad + bad_smoke}
+        size = [line.strip() for line in sections.get("size", []) if line.strip()]
+        known = len(size) == 1 and size[0].isdigit()
+        return {"id": found, "size": int(size[0]) if known else None, "smoke_tested": smoke,
+                "unreadable": sections[""] + bad + bad_smoke + ([] if known else size)}
 
 
 class Model(TypedDict):

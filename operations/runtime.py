@@ -20,6 +20,7 @@ from operations.peer import acts_here, reachable_peer, read_both, warn_unreachab
 from serving_data import model_source
 
 SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+PROGRESS_EVERY = 10  # seconds between the progress lines of a long step
 
 
 def paths(state_dir: str, model_dir: str) -> dict[str, str]:
@@ -28,6 +29,7 @@ def paths(state_dir: str, model_dir: str) -> dict[str, str]:
         "bin": f"{state_dir}/bin",
         "model_sync": f"{state_dir}/bin/model_sync.py",
         "fetch_model": f"{state_dir}/bin/fetch_model.py",
+        "progress": f"{state_dir}/bin/progress.py",
         "health": f"{state_dir}/bin/health.py",
         "watchdog": f"{state_dir}/bin/watchdog.py",
         "serving": f"{state_dir}/serving",  # the watchdogs' backoff records
@@ -98,6 +100,24 @@ def image_id_of(tag: str) -> str:
     return f"docker image inspect -f '{{{{.Id}}}}' {shlex.quote(tag)}"
 
 
+def gib(n: int) -> str:
+    return f"{n / (1 << 30):.2f} GiB"
+
+
+def streamed(state, host, command: StringCommand) -> bool:
+    """Run a long step with its output printed as it comes (pyinfra prints a command's output only
+    when it ends): the step's progress lines, then its summary line or its errors."""
+    status, _ = host.run_shell_command(command, print_output=True, print_input=state.print_input, _sudo=True)
+    return status
+
+
+def watched(progress: str, what: str, *command) -> FunctionCommand:
+    """A long command without byte counts of its own (a build, a pull, a copy), run under
+    progress.py, which says every so often how long it has run and its latest output line."""
+    return FunctionCommand(streamed, (StringCommand("python3", QuoteString(progress), "run", "--what", QuoteString(what),
+                                                    "--", *command),), {})
+
+
 @operation()
 def runtime_image(image_name: str, image: dict, user: str, peer_rails: list[dict], state_dir: str, container: dict):
     """
@@ -124,20 +144,25 @@ def runtime_image(image_name: str, image: dict, user: str, peer_rails: list[dict
         return
     tag = image["tag"]
     marker = smoke_marker(state_dir, tag)
+    progress = paths(state_dir, "")["progress"]
     peer = reachable_peer()
     mine, theirs = read_both(ImageState, peer, tag=tag, marker=marker)
     if mine["id"] is None:
         if "ref" in image:
-            yield StringCommand("docker", "pull", QuoteString(image["ref"]), "&&", "docker", "tag", QuoteString(image["ref"]), QuoteString(tag))
+            host.log(f"will pull {image['ref']}", logger.info)
+            yield watched(progress, f"pulling {image['ref']}", "docker", "pull", QuoteString(image["ref"]))
+            yield StringCommand("docker", "tag", QuoteString(image["ref"]), QuoteString(tag))
         else:
             context = posixpath.join(state_dir, "build", image_name)
             upload = f"{context}.tar.gz"
             yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(upload)))
             yield FileUploadCommand(build_context(image["build"]), upload, remote_temp_filename=host.get_temp_filename(upload))
             yield StringCommand("rm", "-rf", QuoteString(context), "&&", "mkdir", "-p", QuoteString(context), "&&",
-                                "tar", "-xzf", QuoteString(upload), "-C", QuoteString(context), "&&",
-                                "docker", "build", "-t", QuoteString(tag), QuoteString(context), "&&",
-                                "rm", "-rf", QuoteString(context), QuoteString(upload))
+                                "tar", "-xzf", QuoteString(upload), "-C", QuoteString(context))
+            host.log(f"will build {tag} from {image['build']}", logger.info)
+            yield watched(progress, f"building {tag}", "docker", "build", "--progress", "plain", "-t", QuoteString(tag),
+                          QuoteString(context))
+            yield StringCommand("rm", "-rf", QuoteString(context), QuoteString(upload))
     if mine["id"] is None or mine["smoke_tested"] != mine["id"]:
         yield smoke_test(tag, image, container, marker)
     if peer is None:
@@ -145,29 +170,18 @@ def runtime_image(image_name: str, image: dict, user: str, peer_rails: list[dict
         return
     remote_smoke = "w " + shlex.quote("sudo -n sh -c " + shlex.quote(smoke_test(tag, image, container, marker).get_raw_value()))
     if mine["id"] is None or theirs["id"] != mine["id"]:
-        yield on_worker(peer_rails, user, (
-            f"docker save {shlex.quote(tag)} | w sudo -n docker load >/dev/null && "
+        size = f" ({gib(mine['size'])})" if mine["size"] else ""
+        host.log(f"will stream {tag}{size} to {peer.name}", logger.info)
+        meter = (f"python3 {shlex.quote(progress)} pipe --what {shlex.quote(f'streaming {tag} to {peer.name}')} "
+                 f"--total \"$(docker image inspect -f '{{{{.Size}}}}' {shlex.quote(tag)})\" --fd 3")
+        yield FunctionCommand(streamed, (on_worker(peer_rails, user, (
+            f"{{ docker save {shlex.quote(tag)} | {meter} | w sudo -n docker load >/dev/null; }} 3>&1 && "
             f"test \"$({image_id_of(tag)})\" = \"$(w {shlex.quote('sudo -n ' + image_id_of(tag))})\" && {remote_smoke}"
-        ))
+        )),), {})
     elif theirs["smoke_tested"] != theirs["id"]:
         yield on_worker(peer_rails, user, remote_smoke)
     elif mine["smoke_tested"] == mine["id"]:
         host.noop(f"{tag} ({mine['id'][:19]}) on both nodes, smoke-tested")
-
-
-def reported(state, host, command: StringCommand, what: str) -> bool:
-    """Run a helper whose last output line is a JSON summary; log it as one line of the run."""
-    status, output = host.run_shell_command(command, _sudo=True)
-    for line in output.stderr_lines[-10:]:
-        host.log(line, logger.warning if status else logger.error)
-    if not status:
-        return False
-    try:
-        summary = json.loads(output.stdout_lines[-1])
-    except (IndexError, ValueError):
-        summary = {}
-    host.log(f"{what}: " + ", ".join(f"{key} {value}" for key, value in summary.items()), logger.info)
-    return True
 
 
 @operation()
@@ -214,44 +228,63 @@ def model_on_both(model: dict, user: str, state_dir: str, model_dir: str, rails:
     same_source = manifest is not None and manifest["source"] == source
     head_done = same_source and not head["changed"] and not full
     if not same_source:
+        if "path" in model:
+            host.log(f"will copy the model from {model['path']} into {model_dir}, then hash it", logger.info)
+        else:
+            free = f"; {gib(head['free_bytes'])} free there" if head["free_bytes"] is not None else ""
+            host.log(f"will fetch {model['repo']} at {model['revision'][:12]} from the hub into {model_dir} (its size "
+                     f"shows once the hub answers{free}), then hash it", logger.info)
         yield fetch(model, user, where, model_dir, image, hf_endpoint, hf_token_file, container)
+    elif not head_done:
+        what = f"{manifest['files']} files, {gib(manifest['bytes'])}" if full else f"{len(head['changed'])} changed file(s)"
+        host.log(f"will hash {what} of the model", logger.info)
     if not head_done:
         hashing = ["python3", QuoteString(where["model_sync"]), "manifest", "--dir", QuoteString(model_dir),
-                   "--manifest", QuoteString(where["manifest"]), "--source", QuoteString(json.dumps(source, sort_keys=True))]
-        yield FunctionCommand(reported, (StringCommand(*hashing, *(["--full"] if full else [])), "model hashed"), {})
+                   "--manifest", QuoteString(where["manifest"]), "--source", QuoteString(json.dumps(source, sort_keys=True)),
+                   "--progress", str(PROGRESS_EVERY)]
+        yield FunctionCommand(streamed, (StringCommand(*hashing, *(["--full"] if full else [])),), {})
     if peer is None:
         warn_unreachable("replicating the model to the worker")
         return
     if head_done and worker["verified"] == manifest["digest"] and not worker["changed"]:
         host.noop(f"the model is on both nodes, verified ({manifest['files']} files, {manifest['bytes'] / (1 << 30):.2f} GiB)")
         return
+    if same_source:
+        host.log(f"will replicate to {peer.name} at most {manifest['files']} files, {gib(manifest['bytes'])} (what it "
+                 "has right already stays)", logger.info)
     send = ["sudo", "-n", "-u", QuoteString(user), "python3", QuoteString(where["model_sync"]), "send",
             "--dir", QuoteString(model_dir), "--manifest", QuoteString(where["manifest"]),
             "--peer", QuoteString(",".join(f"{user}@{rail['address']}" for rail in peer_rails)),
             "--local", QuoteString(",".join(rail["address"] for rail in rails)),
             "--remote-dir", QuoteString(model_dir), "--remote-state", QuoteString(where["verified"]),
-            "--remote-script", QuoteString(where["model_sync"]), "--streams", str(int(streams))]
-    yield FunctionCommand(reported, (StringCommand(*send, *(["--full"] if full else [])), "model replicated"), {})
+            "--remote-script", QuoteString(where["model_sync"]), "--streams", str(int(streams)), "--progress", str(PROGRESS_EVERY)]
+    yield FunctionCommand(streamed, (StringCommand(*send, *(["--full"] if full else [])),), {})
 
 
 def fetch(model: dict, user: str, where: dict, model_dir: str, image: dict, hf_endpoint: str, hf_token_file: str,
           container: dict) -> FunctionCommand:
     """The model into model_dir, owned by the deploy user: copied from a directory on the head, or
-    from the hub by fetch_model.py in the runtime image (with the token file mounted if present)."""
+    from the hub by fetch_model.py in the runtime image (with the token file mounted if present).
+    Both delete what the model lacks and own everything there, so model_dir is claimed first: a
+    directory the deploy did not make is refused, untouched (model_sync.py claim)."""
+    claim = StringCommand("python3", QuoteString(where["model_sync"]), "claim", "--dir", QuoteString(model_dir),
+                          "--manifest", QuoteString(where["manifest"]), "&&")
+    own = StringCommand("&&", "chown", "-R", QuoteString(f"{user}:"), QuoteString(model_dir))
     if "path" in model:
-        command = StringCommand(
-            "rsync", "-a", "--delete", QuoteString(model["path"].rstrip("/") + "/"), QuoteString(model_dir + "/"), "&&",
-            "chown", "-R", QuoteString(f"{user}:"), QuoteString(model_dir), "&&",
-            "echo", QuoteString(json.dumps({"copied_from": model["path"]})))
-        return FunctionCommand(reported, (command, "model copied"), {})
+        copy = ["rsync", "-a", "--delete", "--exclude", QuoteString("/.dual-spark-*"), "--info=progress2", "--no-inc-recursive",
+                QuoteString(model["path"].rstrip("/") + "/"), QuoteString(model_dir + "/")]
+        return FunctionCommand(streamed, (StringCommand(
+            claim, "python3", QuoteString(where["progress"]), "run", "--what", QuoteString(f"copying the model from {model['path']}"),
+            "--", *copy, own),), {})
     command = StringCommand(
-        token_path(user, hf_token_file), 'tok=""; if [ -f "$t" ]; then chmod 600 "$t";',
-        'tok="-v $t:/run/secrets/hf_token:ro"; fi;',
+        token_path(user, hf_token_file), 'set --; if [ -f "$t" ]; then chmod 600 "$t";',
+        'set -- -v "$t:/run/secrets/hf_token:ro"; fi;', claim,
         "docker", "run", "--rm", "--network", "host", "-e", QuoteString(f"HF_ENDPOINT={hf_endpoint}"),
         "-e", "HF_HUB_DISABLE_XET=1", "-e", "HF_HOME=/model/.cache/huggingface", *container_args(container),
-        "-v", QuoteString(f"{model_dir}:/model"), "-v", QuoteString(f"{where['fetch_model']}:/fetch_model.py:ro"), "$tok",
+        "-v", QuoteString(f"{model_dir}:/model"), "-v", QuoteString(f"{where['fetch_model']}:/fetch_model.py:ro"),
+        "-v", QuoteString(f"{where['progress']}:/progress.py:ro"), '"$@"',
         "--entrypoint", QuoteString(image["python"]), QuoteString(image["tag"]), "/fetch_model.py",
         "--repo", QuoteString(model["repo"]), "--revision", QuoteString(model["revision"]), "--dest", "/model",
-        "--token-file", "/run/secrets/hf_token", "&&", "chown", "-R", QuoteString(f"{user}:"), QuoteString(model_dir),
+        "--token-file", "/run/secrets/hf_token", "--progress", str(PROGRESS_EVERY), own,
     )
-    return FunctionCommand(reported, (command, f"fetched {model['repo']}"), {})
+    return FunctionCommand(streamed, (command,), {})

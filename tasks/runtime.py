@@ -13,10 +13,11 @@ image = host.data.images[image_name]
 container = {"mounts": host.data.container_mounts, "env": host.data.container_env}
 
 managed_files(
-    name=f"Install the helpers (model hashing and replication, hub fetch, serving health and watchdog); give {user} the model directory",
+    name=f"Install the helpers (model hashing and replication, hub fetch, progress lines, serving health and watchdog); give {user} the model directory",
     programs=[
         ("files/runtime/model_sync.py", where["model_sync"], "755"),
         ("files/runtime/fetch_model.py", where["fetch_model"], "755"),
+        ("files/runtime/progress.py", where["progress"], "755"),
         ("files/serving/health.py", where["health"], "755"),
         ("files/serving/watchdog.py", where["watchdog"], "755"),
     ],

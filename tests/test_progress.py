@@ -71,3 +71,9 @@ def test_run_ends_with_one_line_or_with_the_commands_last_lines_and_status():
                             capture_output=True, text=True, timeout=60)
     assert failed.returncode == 3 and failed.stdout == ""
     assert failed.stderr.splitlines() == ["layer 1", "layer 2", "denied: no access", "pulling x: failed after 0 s (exit 3)"]
+
+
+def test_run_says_so_when_the_command_is_missing():
+    missing = subprocess.run([sys.executable, PROGRAM, "run", "--what", "copying x", "--", "no-such-program-here"],
+                             capture_output=True, text=True, timeout=60)
+    assert missing.returncode == 127 and missing.stderr == "copying x: cannot run no-such-program-here: No such file or directory\n"

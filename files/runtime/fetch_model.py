@@ -7,6 +7,10 @@ a token (or with one that has no access), a revision that does not exist, a disk
 Files already complete are not fetched again; LFS files are checked against the hub's SHA-256.
 
     fetch_model.py --repo ORG/NAME --revision COMMIT --dest DIR [--token-file FILE] [--workers N]
+                   [--progress SECONDS]
+
+It prints a JSON summary; with --progress, a progress line that often while the bytes move
+(progress.py, mounted beside it) and a summary line for people instead.
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
+from progress import Progress
 
 
 def fail(message: str) -> None:
@@ -42,6 +47,17 @@ def sha256(path: Path) -> str:
     return digest.hexdigest()
 
 
+def tree_bytes(root: Path) -> int:
+    """The bytes of the files under root, the download's partial files included."""
+    total = 0
+    for path in root.rglob("*"):
+        try:
+            total += path.stat().st_size if path.is_file() else 0
+        except OSError:  # renamed or removed as we looked
+            pass
+    return total
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo", required=True)
@@ -49,6 +65,7 @@ def main() -> None:
     parser.add_argument("--dest", type=Path, required=True)
     parser.add_argument("--token-file", type=Path)
     parser.add_argument("--workers", type=int, default=8)
+    parser.add_argument("--progress", type=float, metavar="SECONDS")
     args = parser.parse_args()
     started = time.monotonic()
     token = args.token_file.read_text().strip() if args.token_file and args.token_file.is_file() else None
@@ -99,13 +116,19 @@ def main() -> None:
             raise ValueError(f"{name} does not match the hub's SHA-256: removed, run again")
         return size
 
+    before = tree_bytes(args.dest)
+    watch = Progress(f"fetching {args.repo}", needed, args.progress, measure=lambda: tree_bytes(args.dest) - before)
     try:
-        with ThreadPoolExecutor(args.workers) as pool:
+        with watch, ThreadPoolExecutor(args.workers) as pool:
             moved = sum(pool.map(fetch, missing))
     except (HfHubHTTPError, OSError, ValueError) as error:
         fail(f"fetching {where} stopped: {error}. Run the deploy again: files already complete are kept.")
-    print(json.dumps({"commit": info.sha, "files": len(files), "bytes": sum(size for _, size, _ in files),
-                      "fetched_files": len(missing), "fetched_bytes": moved, "seconds": round(time.monotonic() - started, 3)}))
+    summary = {"commit": info.sha, "files": len(files), "bytes": sum(size for _, size, _ in files),
+               "fetched_files": len(missing), "fetched_bytes": moved, "seconds": round(time.monotonic() - started, 3)}
+    if args.progress:
+        print(f"fetched {args.repo}: " + ", ".join(f"{key} {value}" for key, value in summary.items()), flush=True)
+    else:
+        print(json.dumps(summary))
 
 
 if __name__ == "__main__":

@@ -125,7 +125,11 @@ def run(what: str, command: list[str], every: float = EVERY) -> int:
             latest = f"; latest: {' '.join(tail[-1].split())[:120]}" if tail else ""
             print(f"{what}: {duration(time.monotonic() - started)} so far{latest}", flush=True)
 
-    process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    try:
+        process = subprocess.Popen(command, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
+    except OSError as error:
+        print(f"{what}: cannot run {command[0]}: {error.strerror}", file=sys.stderr, flush=True)
+        return 127
     threading.Thread(target=tick, daemon=True).start()
     pending = b""
     while block := process.stdout.read1(1 << 16):
