@@ -2,7 +2,9 @@
 hub's HTTP API that `huggingface_hub` uses to fetch a model (model info with file metadata, and
 file resolution by HEAD and GET, ranges included). One repository, at one commit, optionally
 gated behind a token; the errors the real hub gives (GatedRepo, RevisionNotFound,
-RepoNotFound) come with the same status codes and X-Error-Code headers.
+RepoNotFound) come with the same status codes and X-Error-Code headers. ``rate`` (bytes a second,
+across all downloads) slows it to the pace of a real 155 GiB fetch, so a small model's fetch
+runs long enough to show its progress lines.
 
     with Hub(directory, repo="lab/tiny-llama", token="hf_lab", gated=True) as hub:
         hub.endpoint, hub.commit   # point hf_endpoint and model.revision at these
@@ -13,6 +15,7 @@ from __future__ import annotations
 import hashlib
 import json
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import unquote, urlparse
@@ -21,8 +24,10 @@ from lab.config import CONTROL_ADDRESS
 
 
 class Hub:
-    def __init__(self, directory: Path, repo: str, token: str | None = None, gated: bool = False, address: str = CONTROL_ADDRESS):
-        self.directory, self.repo, self.token, self.gated = directory, repo, token, gated
+    def __init__(self, directory: Path, repo: str, token: str | None = None, gated: bool = False, address: str = CONTROL_ADDRESS,
+                 rate: int | None = None):
+        self.directory, self.repo, self.token, self.gated, self.rate = directory, repo, token, gated, rate
+        self.pace = threading.Lock()  # one block at a time when slowed: the rate holds for all downloads together
         self.files = {p.relative_to(directory).as_posix(): p for p in sorted(directory.rglob("*")) if p.is_file()}
         self.sha256 = {name: hashlib.sha256(path.read_bytes()).hexdigest() for name, path in self.files.items()}
         self.commit = hashlib.sha1("".join(f"{n}{h}" for n, h in self.sha256.items()).encode()).hexdigest()
@@ -119,7 +124,15 @@ class Hub:
                 if start:
                     self.send_header("Content-Range", f"bytes {start}-{len(data) - 1}/{len(data)}")
                 self.end_headers()
-                if body:
+                if not body:
+                    return
+                if hub.rate is None:
                     self.wfile.write(data[start:])
+                    return
+                block = max(1, hub.rate // 10)
+                for offset in range(start, len(data), block):
+                    with hub.pace:
+                        time.sleep(min(block, len(data) - offset) / hub.rate)
+                    self.wfile.write(data[offset:offset + block])
 
         return Handler

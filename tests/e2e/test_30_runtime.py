@@ -168,7 +168,7 @@ def test_a_full_disk_on_the_worker_stops_before_a_byte_moves(big_model):
         assert re.search(r"spark-worker: /var/lib/dual-spark/model has 16.0 MiB free; the model needs 200.\d+ MiB more. "
                          r"Fix: free space there, or set model_dir", result.stdout), result.stdout
         assert moved(result.stdout) is None
-        assert in_node(WORKER.dir, "ls", "-A", MODEL_DIR, capture_output=True).stdout == ""
+        assert in_node(WORKER.dir, "ls", "-A", MODEL_DIR, capture_output=True).stdout == ".dual-spark-managed\n"  # its marker only
     finally:
         faults.free_disk(WORKER, MODEL_DIR)
 
@@ -232,3 +232,28 @@ def test_the_hub_path_fetches_once_with_the_token_and_never_shows_it(hub, tmp_pa
         assert TOKEN not in output
     assert same_model()
     assert (LAB_DIR / "site.toml").exists()
+
+
+def test_a_long_fetch_says_where_it_is_while_it_runs(hub, tmp_path):
+    """The hub slowed so that the fetch takes about 30 s: its progress lines (done of total, rate,
+    time left) reach the run's output while the fetch runs, the first long before the final line."""
+    for path in on_node(HEAD, MODEL_DIR).iterdir():  # the deploy's own directory: fetched again from the hub
+        if not path.name.startswith("."):
+            shutil.rmtree(path) if path.is_dir() else path.unlink()
+    on_node(HEAD, "/var/lib/dual-spark/model.manifest.json").unlink()
+    total = sum(p.stat().st_size for p in on_node(HEAD, LAB_MODEL).rglob("*") if p.is_file())
+    with Hub(on_node(HEAD, LAB_MODEL), repo="lab/tiny-llama", token=TOKEN, gated=True, rate=total // 30) as slow:
+        run = subprocess.Popen([str(PYINFRA), "-y", "inventory.py", "deploy.py"], cwd=REPO, stdin=subprocess.DEVNULL,
+                               env={**LAB_ENV, "DUAL_SPARK_SITE": str(hub_site(tmp_path, slow))},
+                               stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        lines = [(time.monotonic(), line) for line in run.stdout]
+        run.wait(timeout=60)
+    output = "".join(line for _, line in lines)
+    assert run.returncode == 0, output
+    progress = [(at, line) for at, line in lines if re.search(r"\[spark-head\] fetching lab/tiny-llama: [\d.]+ \w+ of [\d.]+ \w+ "
+                                                              r"\(\d+%\), [\d.]+ \w+/s", line)]
+    [(done_at, _)] = [(at, line) for at, line in lines if "fetched lab/tiny-llama: commit " + slow.commit in line]
+    assert len(progress) >= 2, output
+    assert done_at - progress[0][0] >= 8, output  # printed as it came, not with the step's end
+    assert re.search(r"will fetch lab/tiny-llama at \w{12} from the hub into /var/lib/dual-spark/model", output), output
+    assert TOKEN not in output and same_model()
