@@ -160,7 +160,7 @@ def runtime_image(image_name: str, image: dict, user: str, peer_rails: list[dict
             yield StringCommand("rm", "-rf", QuoteString(context), "&&", "mkdir", "-p", QuoteString(context), "&&",
                                 "tar", "-xzf", QuoteString(upload), "-C", QuoteString(context))
             host.log(f"will build {tag} from {image['build']}", logger.info)
-            yield watched(progress, f"building {tag}", "docker", "build", "--progress", "plain", "-t", QuoteString(tag),
+            yield watched(progress, f"building {tag}", "docker", "build", "-t", QuoteString(tag),
                           QuoteString(context))
             yield StringCommand("rm", "-rf", QuoteString(context), QuoteString(upload))
     if mine["id"] is None or mine["smoke_tested"] != mine["id"]:
