@@ -46,6 +46,8 @@ def merge(raw: dict, check: Checker, error) -> dict:
     profiles = {name: dict(spec) for name, spec in base["profile"].items()}
     for name, spec in raw.get("profile", {}).items():
         spec = check.table(f"profile.{name}", spec, schema.PROFILE, f"[profile.{name}]", required=False)
+        if "base" in spec and spec["base"] not in profiles:
+            error(f"profile.{name}.base", spec["base"], f"start from one of the profiles: {', '.join(sorted(profiles))}")
         start = dict(profiles.get(spec.get("base", name), {}))
         profiles[name] = {**start, **{k: v for k, v in spec.items() if k != "base"}}
     _model(model, error)
@@ -57,7 +59,9 @@ def merge(raw: dict, check: Checker, error) -> dict:
 
 
 def _model(model: dict, error) -> None:
-    if "path" not in model and "repo" not in model:
+    if "path" in model and "repo" in model:
+        error("model", sorted(model), "name the weights one way: repo and revision (Hugging Face), or path (a directory on the head)")
+    elif "path" not in model and "repo" not in model:
         error("model", sorted(model), "name the weights: repo and revision (Hugging Face), or path (a directory on the head)")
     elif "repo" in model and "revision" not in model:
         error("model.revision", None, "pin the revision: the 40-hex commit id of the repository (a branch moves)")

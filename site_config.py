@@ -201,7 +201,7 @@ class _Validator:
         ssh = self.check.table("ssh", tables["ssh"], schema.SSH, "[ssh]")
         nodes = self._nodes(tables["node"])
         serving = serving_data.merge(tables, self.check, self.error)
-        settings, effective = self._settings(tables["settings"], serving)
+        settings = self._settings(tables["settings"], serving, ssh.get("port", 22))
         if nodes:
             self._fabric(nodes)
         if self.errors:
@@ -314,8 +314,8 @@ class _Validator:
                 if duplicates:
                     self.error(f"{role} rail[].{label}", duplicates, "each rail needs its own device")
 
-    def _settings(self, site_settings: dict, serving: dict) -> tuple[dict, dict]:
-        """The site's valid [settings] and the effective settings (defaults < site < --data)."""
+    def _settings(self, site_settings: dict, serving: dict, ssh_port: int) -> dict:
+        """The site's valid [settings]; the effective ones (defaults < site < --data) checked together."""
         defaults = default_settings()
         settings = self.check.table("settings", site_settings, schema.SETTINGS, "[settings]", required=False)
         overrides = {}
@@ -332,15 +332,16 @@ class _Validator:
                 self.error(where, value, unknown(key, schema.SETTINGS, "the settings"))
         effective = {**defaults, **settings, **overrides}
         where = {key: ("--data " if key in overrides else "settings.") + key for key in effective}
-        Relations(effective, where, serving, self.error, self.failed).check()
-        return settings, effective
+        Relations(effective, where, serving, ssh_port, self.error, self.failed).check()
+        return settings
 
 
 class Relations:
     """What no single key can say: the settings against each other and against what is served."""
 
-    def __init__(self, effective: dict, where: dict, serving: dict, error, failed):
+    def __init__(self, effective: dict, where: dict, serving: dict, ssh_port: int, error, failed):
         self.values, self.where, self.serving, self.error, self.failed = effective, where, serving, error, failed
+        self.ssh_port = ssh_port
 
     def check(self) -> None:
         values, where = self.values, self.where
@@ -349,7 +350,7 @@ class Relations:
         if not ipaddress.ip_address(values["api_host"]).is_loopback and not values["api_public"]:
             self.error(where["api_host"], values["api_host"], "the API would answer beyond this machine: keep 127.0.0.1 "
                        "(reach it through an SSH tunnel), or set api_public = true in [settings] to mean it")
-        ports: dict[int, str] = {}
+        ports: dict[int, str] = {self.ssh_port: "SSH (ssh.port)"}
         for key in ("api_port", "master_port", "watchdog_port"):
             if values[key] in ports:
                 self.error(where[key], values[key], f"{ports[values[key]]} uses that port already: give each its own")

@@ -8,6 +8,7 @@ returns None or the fix. Lists check each item, tables each name and value."""
 from __future__ import annotations
 
 import ipaddress
+import os
 import posixpath
 import re
 from collections.abc import Callable
@@ -164,6 +165,15 @@ def ssh_address(value: str) -> str | None:
     return None if DNS_NAME.match(value) else "use the node's management IP address or DNS name (letters, digits, '-', '.')"
 
 
+def private_key(value: str) -> str | None:
+    """The key pyinfra logs in with is on this machine: check it here, not at the first connection."""
+    if not value.startswith(("/", "~/")) or CONTROL.search(value):
+        return "use the private key's absolute path or ~/..."
+    if not os.path.isfile(os.path.expanduser(value)):
+        return "no such file on this machine: name the private key pyinfra logs in with (ssh-keygen makes one)"
+    return None
+
+
 def gpus(value: str) -> str | None:
     return None if re.match(r"^(|all|[1-9][0-9]?)$", value) else "use \"all\", a GPU count, or \"\" for none"
 
@@ -209,9 +219,27 @@ def env_table(fix_where: str) -> Key:
                item=Key(str, "write environment values as strings (quote numbers: \"1\")", single_line))
 
 
-def scalar_table(fix: str) -> Key:
-    return Key(dict, fix, names=Key(str, "use a name", matching(IDENTIFIER, "use lower-case option names (letters, digits, '_')")),
-               item=Key((str, int, float, bool), "use a string, number or true/false"))
+SCALAR_TABLE = Key(dict, "write a table", names=Key(str, "use a name", matching(IDENTIFIER, "use lower-case option names (letters, digits, '_')")),
+                   item=Key((str, int, float, bool), "use a string, number or true/false"))
+
+
+def speculative_options(value: dict) -> str | None:
+    taken = sorted(set(value) & {"method", "num_speculative_tokens", "model"})
+    return f"{', '.join(taken)} come from speculative_method and the profile's speculative_tokens: set those instead" if taken else None
+
+
+def generation_config(value: dict) -> str | None:
+    """The request defaults vLLM would refuse only once it starts (after the pair was stopped)."""
+    def number(key: str) -> bool:
+        return isinstance(value.get(key), (int, float)) and not isinstance(value.get(key), bool)
+    if "temperature" in value and not (number("temperature") and 0 <= value["temperature"] <= 2):
+        return "use a temperature from 0 to 2 (0.0: greedy)"
+    if "top_p" in value and not (number("top_p") and 0 < value["top_p"] <= 1):
+        return "use a top_p above 0 and at most 1"
+    for key in ("max_new_tokens", "max_tokens"):
+        if key in value and not (number(key) and isinstance(value[key], int) and value[key] >= 1):
+            return f"use a whole number of 1 or more for {key}"
+    return None
 
 
 def positive(high: int, fix: str) -> Key:
@@ -232,7 +260,7 @@ def flag() -> Key:
 
 SSH = {
     "user": text(matching(USER, "set the deploy user, a Linux user name present on both Sparks"), required=True),
-    "key": text(lambda v: None if v.startswith(("/", "~/")) and not CONTROL.search(v) else "use the private key's absolute path or ~/..."),
+    "key": text(private_key),
     "port": port(),
     "known_hosts": text(lambda v: None if v.startswith(("/", "~/")) and not CONTROL.search(v) else "use an absolute path or ~/..."),
 }
@@ -297,8 +325,10 @@ SETTINGS = {
     "watchdog_port": port(),
     "block_size": Key(int, "use a whole number", lambda v: None if v in (16, 32, 64, 128, 256) else "use 16, 32, 64, 128 or 256 (256 published)"),
     "speculative_method": text(matching(IDENTIFIER, "use vLLM's speculative method name, e.g. dspark or ngram")),
-    "speculative_options": scalar_table("write more --speculative-config keys as a table, e.g. {prompt_lookup_max = 3}"),
-    "generation_config": scalar_table("write request defaults as a table, e.g. {temperature = 0.0}"),
+    "speculative_options": Key(dict, "write more --speculative-config keys as a table, e.g. {prompt_lookup_max = 3}", speculative_options,
+                               names=SCALAR_TABLE.names, item=SCALAR_TABLE.item),
+    "generation_config": Key(dict, "write request defaults as a table, e.g. {temperature = 0.0}", generation_config,
+                             names=SCALAR_TABLE.names, item=SCALAR_TABLE.item),
     "vllm_extra_args": Key(list, "use a list of strings", item=text(lambda v: single_line(v) if v else "drop empty arguments")),
     "serving_ready_timeout": positive(86_400, "use 1 to 86400 seconds"),
     "serving_env": env_table("serving_env"),

@@ -128,8 +128,8 @@ USER_MISTAKES = [
     (with_("profile.adaptive", {"env": {"X: 1\n    pid: host\n    cap_add: [ALL]\n#": "1"}}), "profile.adaptive.env"),
     (with_("profile.adaptive", {"env": {"NCCL_DEBUG": 1}}), "profile.adaptive.env.NCCL_DEBUG"),
     (with_("settings.serving_env", {"A": "1\n    pid: host"}), "settings.serving_env.A"),
-    (with_("settings.container_env", {"1X": "a"}), "settings.container_env.1X"),
-    (with_("image.tony-overlay", {"env": {"A B": "x"}}), "image.tony-overlay.env.A B"),
+    (with_("settings.container_env", {"1X": "a"}), "settings.container_env"),
+    (with_("image.tony-overlay", {"env": {"A B": "x"}}), "image.tony-overlay.env"),
     (with_("settings.container_devices", ["dev/infiniband"]), "settings.container_devices[0]"),
     (with_("settings.container_mounts", ["/opt/x\n      - /:/host"]), "settings.container_mounts[0]"),
     (with_("settings.container_mounts", ["relative/path"]), "settings.container_mounts[0]"),
@@ -226,3 +226,17 @@ def test_any_override_is_refused_naming_it_or_accepted(tmp_path, key, value):
     message = outcome(tmp_path, GOOD, {key: value})
     if message is not None:
         assert f"- --data {key}" in message, message
+
+
+@pytest.mark.parametrize("document, field", [
+    (with_("model", {"path": "/srv/w", "repo": "a/b", "revision": "0" * 40}), "model"),
+    (with_("profile.mine", {"base": "turbo"}), "profile.mine.base"),
+    (with_("ssh.key", "/nonexistent/id_ed25519"), "ssh.key"),
+    (with_("settings.api_port", 22), "settings.api_port"),
+    (with_("settings.speculative_options", {"num_speculative_tokens": 9}), "settings.speculative_options"),
+    (with_("settings.generation_config", {"temperature": -1}), "settings.generation_config"),
+])
+def test_what_only_shows_at_start_or_connection_is_refused_before(tmp_path, document, field):
+    """Mistakes that would otherwise surface only at the first connection or at vLLM's start
+    (after the running pair was stopped)."""
+    assert f"- {field} = " in refused(tmp_path, document)
