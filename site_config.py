@@ -26,8 +26,9 @@ SCHEMA = {
     "ssh": set(schema.SSH),
     "node": set(schema.NODE),
     "rail": set(schema.RAIL),
+    "settings": set(schema.SETTINGS),
 }
-TABLE_NAMES = {"": "the site file", "ssh": "[ssh]", "node": "[[node]]", "rail": "[[node.rail]]"}
+TABLE_NAMES = {"": "the site file", "ssh": "[ssh]", "node": "[[node]]", "rail": "[[node.rail]]", "settings": "[settings]"}
 # A top-level table of the wrong shape: the syntax that gives the right one.
 SHAPES = {
     "ssh": "write [ssh] on a line of its own, then user = \"...\" under it",
@@ -265,7 +266,7 @@ class _Validator:
             elif node.get("role") in nodes:
                 self.error(f"{where}.role", node["role"], f"another [[node]] is the {node['role']} already: declare one head and one worker")
         roles = sorted(entry.get("role") for entry in entries if isinstance(entry, dict) and isinstance(entry.get("role"), str))
-        if roles != sorted(ROLES) and not self.failed("node"):
+        if roles != sorted(ROLES) and not any(name.endswith(".role") for name in self.fields_in_error):
             self.error("node[].role", roles, "declare exactly two [[node]] tables, one role 'head', one 'worker'")
         if sorted(nodes) != sorted(ROLES) or self.failed("node"):
             return {}

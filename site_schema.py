@@ -401,5 +401,5 @@ class Checker:
         if required:
             for name, key in schema.items():
                 if key.required and name not in table:
-                    self.error(f"{where}.{name}" if where else name, None, f"set {name} in {label}")
+                    self.error(f"{where}.{name}" if where else name, None, key.fix if key.kind is list else f"set {name} in {label}")
         return good
