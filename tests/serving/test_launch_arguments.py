@@ -9,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from lab.config import LAB_DIR
 from lab.site import render
 from operations.serving import stack_settings, vllm_args
 from site_config import default_settings, load_site
@@ -40,7 +41,9 @@ def sites(tmp_path) -> dict[str, Path]:
     context = tmp_path / "context"
     context.mkdir()
     (context / "Dockerfile").write_text("FROM scratch\n")
-    (tmp_path / "lab.toml").write_text(render(context, ["/opt/vllm"]))
+    # The key the site names must be a file here; the lab's own exists only while the shared lab is up.
+    (tmp_path / "id_ed25519").write_text("")
+    (tmp_path / "lab.toml").write_text(render(context, ["/opt/vllm"]).replace(str(LAB_DIR / "id_ed25519"), str(tmp_path / "id_ed25519")))
     return {"spark": tmp_path / "spark.toml", "lab": tmp_path / "lab.toml"}
 
 
