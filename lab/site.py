@@ -5,8 +5,9 @@ Everything that differs from a Spark is a setting here, never a branch in the pr
 and no InfiniBand devices for the containers, the memlock and open-files ceilings this machine
 allows, the CPU vLLM environment mounted into the containers, the tiny model already on the
 head's disk, a runtime image built from the lab's Debian root file system, and CPU values for
-each published profile (same names, same number of sequences, the tiny model's 4096-token
-context: room for a Codex prompt)."""
+each published profile (same names, same number of sequences, the tiny model's 65,536-token
+window: room for Claude Code's 32,000 output tokens on top of its prompt). The tiny model is
+served with vLLM's `hermes` tool-call parser, so the agents' requests with tools are taken."""
 
 from __future__ import annotations
 
@@ -17,6 +18,7 @@ from pathlib import Path
 from lab.config import CABLE_LAYOUTS, DEPLOY_USER, LAB_DIR, LAB_MODEL, NODES, VLLM_ARGS, VLLM_ENV, rdma_of
 
 PROFILES = ("adaptive", "fast", "long-c4")
+LAB_WINDOW = 65536  # the tiny model's position limit; its KV cache is 1 KiB a token
 
 
 def toml(value) -> str:
@@ -54,17 +56,17 @@ def render(runtime_context: Path, shared: list[str]) -> str:
         "vllm_extra_args": VLLM_ARGS,
         "speculative_method": "ngram",
         "speculative_options": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},
-        # Random weights seldom end an answer: a request that names no length gets 256 tokens.
+        # The tiny model ends its chat answers; a bare completion runs on: a request that names no length gets 256 tokens.
         "generation_config": {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 256},
         "serving_ready_timeout": 300,
     })
     lines += table("model", {"path": LAB_MODEL, "served_name": "tiny", "tokenizer_mode": "auto",
-                             "tool_call_parser": "", "reasoning_parser": ""})
+                             "tool_call_parser": "hermes", "reasoning_parser": ""})
     lines += table("image.lab-cpu", {"build": str(runtime_context), "kv_cache_dtypes": ["auto"], "python": "python3", "vllm": "vllm"})
     for name in PROFILES:
-        lines += table(f"profile.{name}", {"image": "lab-cpu", "kv_cache_dtype": "auto", "max_model_len": 4096,
+        lines += table(f"profile.{name}", {"image": "lab-cpu", "kv_cache_dtype": "auto", "max_model_len": LAB_WINDOW,
                                            "gpu_memory_utilization": 0.2, "speculative_tokens": 3, "flashinfer_autotune": False,
-                                           "agent_compact_tokens": 3686})  # clients compact at 90% of the window
+                                           "agent_compact_tokens": LAB_WINDOW * 9 // 10})  # the clients' own 90%
     return "\n".join(lines)
 
 

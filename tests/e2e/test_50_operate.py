@@ -48,7 +48,7 @@ def test_status_reads_the_serving_pair_in_one_table(converged):
     assert result.returncode == 0, result.stdout
     assert re.search(r"spark-head\s+vLLM container\s+PASS\s+running, up .*, image sha256:[0-9a-f]{12}, profile adaptive", result.stdout)
     assert re.search(r"spark-worker\s+watchdog\s+PASS\s+joined the head's session [0-9a-f]{8}", result.stdout), result.stdout
-    assert re.search(r"spark-head\s+API\s+PASS\s+generates tokens as tiny, max model len 4096", result.stdout)
+    assert re.search(r"spark-head\s+API\s+PASS\s+generates tokens as tiny, max model len 65536", result.stdout)
     assert re.search(r"spark-head\s+speculative decoding\s+PASS", result.stdout)
     assert re.search(r"status: (\d+) of \1 checks pass", result.stdout)
     assert re.search(r"Status of the serving pair\s+2\s+-\s+-\s+2", result.stdout), result.stdout  # changed nothing
@@ -88,10 +88,10 @@ def test_client_files_parse_and_name_the_served_model(clients):
     config = tomllib.loads((out / "codex/config.toml").read_text())
     provider = config["model_providers"][config["model_provider"]]
     assert provider["wire_api"] == "responses" and provider["base_url"] == f"http://127.0.0.1:{port}/v1"
-    assert config["model"] == "tiny" and config["model_context_window"] == 4096
-    assert config["model_auto_compact_token_limit"] == 3686  # 90% of the lab's window, below the profile's 150,000
+    assert config["model"] == "tiny" and config["model_context_window"] == 65536
+    assert config["model_auto_compact_token_limit"] == 58982  # 90% of the lab's window
     [entry] = json.loads(Path(config["model_catalog_json"]).read_text())["models"]
-    assert entry["slug"] == "tiny" and entry["context_window"] == 4096 and entry["auto_compact_token_limit"] == 3686
+    assert entry["slug"] == "tiny" and entry["context_window"] == 65536 and entry["auto_compact_token_limit"] == 58982
     claude = json.loads((out / "claude/settings.json").read_text())
     assert claude["env"]["ANTHROPIC_BASE_URL"] == f"http://127.0.0.1:{port}" and claude["env"]["ANTHROPIC_MODEL"] == "tiny"
     key = (out / "api-key").read_text().strip()
