@@ -1,8 +1,9 @@
 """Write Codex CLI and Claude Code configurations for this machine, pointing at a local SSH
 tunnel to the head (its API listens on the head's loopback only). Reads on the head what it
-serves and the API key; checks that the Responses, chat and Messages endpoints answer; writes
-the files; prints the tunnel command. The key goes into a file only you can read, never to
-the screen.
+serves and the API key; checks that the Responses, chat and Messages endpoints answer and take
+what the agents send (tools with tool_choice auto, Claude Code's 32,000 output tokens), naming
+the setting to change when they do not; writes the files; prints the tunnel command. The key
+goes into a file only you can read, never to the screen.
 
     python -m clients [--site site.toml] [--out ~/.dual-spark/clients] [--port 8888]
 """
@@ -22,24 +23,50 @@ from bench.serving import through_site
 from clients import KEY_ENV, Served, claude_settings, codex_catalog, codex_config, compact_limit, tunnel_command
 from site_config import default_settings, load_site, site_path
 
+CLAUDE_CODE_MAX_TOKENS = 32000  # what Claude Code 2.1 asks for on every turn
+SAY_OK = [{"role": "user", "content": "Say OK."}]
+SCHEMA = {"type": "object", "properties": {"path": {"type": "string"}}, "required": ["path"]}
 PROBES = {
     "Responses API (Codex)": ("/v1/responses", lambda model: {"model": model, "input": "Say OK.", "max_output_tokens": 4}),
-    "chat completions": ("/v1/chat/completions",
-                         lambda model: {"model": model, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4}),
-    "Messages API (Claude Code)": ("/v1/messages",
-                                   lambda model: {"model": model, "messages": [{"role": "user", "content": "Say OK."}], "max_tokens": 4}),
+    "chat completions": ("/v1/chat/completions", lambda model: {"model": model, "messages": SAY_OK, "max_tokens": 4}),
+    "Messages API (Claude Code)": ("/v1/messages", lambda model: {"model": model, "messages": SAY_OK, "max_tokens": 4}),
+    "Codex's tools (tool_choice auto)": ("/v1/responses", lambda model: {
+        "model": model, "input": "Say OK.", "max_output_tokens": 4, "tool_choice": "auto",
+        "tools": [{"type": "function", "name": "read_file", "description": "Read a file.", "parameters": SCHEMA}]}),
+    "Claude Code's tools (tool_choice auto)": ("/v1/messages", lambda model: {
+        "model": model, "messages": SAY_OK, "max_tokens": 4, "tool_choice": {"type": "auto"},
+        "tools": [{"name": "Read", "description": "Read a file.", "input_schema": SCHEMA}]}),
+    # Streamed and dropped at its first line: the check of the length comes before any token.
+    f"Claude Code's {CLAUDE_CODE_MAX_TOKENS:,} output tokens": ("/v1/messages", lambda model: {
+        "model": model, "messages": SAY_OK, "max_tokens": CLAUDE_CODE_MAX_TOKENS, "stream": True}),
 }
 
 
-def probe(url: str, key: str, model: str) -> list[str]:
-    """Each endpoint the clients use, one short generation; the failures, worded."""
+def fix_for(refusal: str, profile: str, window: int) -> str:
+    """The setting that makes the endpoint take a refused request, from vLLM's words."""
+    if "tool-call-parser" in refusal or "tool choice" in refusal:
+        return ("the agents send tools with tool_choice auto, which vLLM takes only with a tool-call parser. "
+                "Fix: set tool_call_parser in [model] to vLLM's parser for this model (deepseek_v4 for DeepSeek V4) "
+                "and deploy again")
+    if "max_model_len" in refusal or "maximum context length" in refusal:
+        return (f"Claude Code asks for {CLAUDE_CODE_MAX_TOKENS:,} output tokens on top of a prompt of tens of thousands, "
+                f"more than the served window of {window:,}. Fix: raise max_model_len of [profile.{profile}] to at least "
+                f"{2 * CLAUDE_CODE_MAX_TOKENS:,} and deploy again")
+    return refusal[:200]
+
+
+def probe(url: str, key: str, model: str, profile: str, window: int) -> list[str]:
+    """Each endpoint the clients use with what the agents send, no more than a few tokens
+    generated; the failures, worded with their fix."""
     failures = []
     for name, (path, body) in PROBES.items():
-        answer = requests.post(url + path, json=body(model), timeout=300,
-                               headers={"Authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"})
-        click.echo(f"    {name}: {'answers' if answer.status_code == 200 else f'FAILED ({answer.status_code})'}")
-        if answer.status_code != 200:
-            failures.append(f"{path} answered {answer.status_code}: {answer.text[:200]}")
+        request = body(model)
+        with requests.post(url + path, json=request, timeout=300, stream=request.get("stream", False),
+                           headers={"Authorization": f"Bearer {key}", "anthropic-version": "2023-06-01"}) as answer:
+            refusal = "" if answer.status_code == 200 else answer.text
+        click.echo(f"    {name}: {'answers' if not refusal else f'REFUSED ({answer.status_code})'}")
+        if refusal:
+            failures.append(f"{name}: {path} answered {answer.status_code}: {fix_for(refusal, profile, window)}")
     return failures
 
 
@@ -72,10 +99,11 @@ def main(site_file: Path | None, out_dir: str, local_port: int | None, accept_ne
         profile = site.serving["profiles"].get(identity["profile"])
         if profile is None:
             raise click.ClickException(f"the head runs profile {identity['profile']!r}, which this site file does not define")
-        click.echo("--> The endpoints the clients use:")
-        failures = probe(url, key, listed["id"])
+        click.echo("--> The endpoints the clients use, with what the agents send:")
+        failures = probe(url, key, listed["id"], identity["profile"], listed["max_model_len"])
     if failures:
-        raise click.ClickException("; ".join(failures))
+        raise click.ClickException("the served endpoint cannot take the agents' requests, no file written:\n  "
+                                   + "\n  ".join(failures))
 
     head = site.nodes["head"]
     served = Served(listed["id"], listed["max_model_len"], compact_limit(profile["agent_compact_tokens"], listed["max_model_len"]),
