@@ -1,0 +1,107 @@
+"""Real coding agents on the lab pair: Claude Code and the Codex CLI (npm, pinned, installed by
+scripts/setup-agents.sh) each complete one headless turn through the SSH tunnel `python -m
+clients` prints, with the files it writes: exit status 0, the tiny model's answer printed, the
+request counted by the head's vLLM, and the API key in no output and no file but its own."""
+
+import os
+import re
+import shlex
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import requests
+
+from lab.config import AGENTS_DIR
+from tests.e2e.conftest import REPO, SITE
+from tests.net import free_port
+
+pytestmark = pytest.mark.end_to_end
+ANSWER = "Hi, this is the tiny spark model."  # what lab/tiny_model.py's chain says, then its end token
+
+
+@pytest.fixture(scope="module")
+def clients(converged, tmp_path_factory):
+    """`python -m clients` for the lab: the output directory, the local port, what it printed."""
+    out, port = tmp_path_factory.mktemp("agents") / "clients", free_port()
+    result = subprocess.run([sys.executable, "-m", "clients", "--site", str(SITE), "--out", str(out), "--port", str(port)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out, port, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def tunnel(clients):
+    """The tunnel command the clients command printed, run as printed; its local URL."""
+    _, port, text = clients
+    [command] = [line.strip() for line in text.splitlines() if line.strip().startswith("ssh -N -L")]
+    process = subprocess.Popen(shlex.split(command), stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=10)
+
+
+def served(url: str) -> float:
+    """Requests the head's vLLM finished, whatever the reason (its /metrics is open)."""
+    metrics = requests.get(f"{url}/metrics", timeout=30).text
+    return sum(float(value) for value in re.findall(r"^vllm:request_success_total\{.*\} (\S+)$", metrics, re.MULTILINE))
+
+
+def agent(name: str) -> str:
+    binary = AGENTS_DIR / "node_modules/.bin" / name
+    assert binary.exists(), f"no {name} at {binary}: run scripts/test (scripts/setup-agents.sh installs it)"
+    return str(binary)
+
+
+def one_turn(command: list[str], env: dict, scratch: Path, url: str) -> str:
+    """Run an agent headless in an empty directory with an empty HOME; its output, once it is
+    seen to have ended well with the model's answer and the head to have served it."""
+    (scratch / "home").mkdir()
+    (scratch / "work").mkdir()
+    before = served(url)
+    result = subprocess.run(command, cwd=scratch / "work", env={"PATH": os.environ["PATH"], "HOME": str(scratch / "home"), **env},
+                            stdin=subprocess.DEVNULL, capture_output=True, text=True, timeout=600)
+    output = result.stdout + result.stderr
+    assert result.returncode == 0, output[-4000:]
+    assert ANSWER in result.stdout, output[-4000:]
+    assert served(url) > before
+    return output
+
+
+def holds_key(root: Path, key: str) -> list[Path]:
+    return [path for path in root.rglob("*") if path.is_file() and key.encode() in path.read_bytes()]
+
+
+def test_the_clients_command_sees_the_agents_requests_taken(clients):
+    _, _, text = clients
+    for name in ("Codex's tools (tool_choice auto)", "Claude Code's tools (tool_choice auto)", "Claude Code's 32,000 output tokens"):
+        assert f"    {name}: answers" in text, text
+    assert "tiny: context window 65,536 tokens, Codex compacts at 58,982" in text, text
+
+
+def test_claude_code_completes_a_turn_through_the_tunnel(clients, tunnel, tmp_path):
+    out, _, _ = clients
+    key = (out / "api-key").read_text().strip()
+    output = one_turn([agent("claude"), "-p", "Say hi", "--settings", str(out / "claude/settings.json")], {}, tmp_path, tunnel)
+    assert key not in output
+    assert holds_key(tmp_path, key) == [] and holds_key(out, key) == [out / "api-key"]
+    assert oct((out / "api-key").stat().st_mode)[-3:] == "600"
+
+
+def test_the_codex_cli_completes_a_turn_through_the_tunnel(clients, tunnel, tmp_path):
+    out, _, _ = clients
+    key = (out / "api-key").read_text().strip()
+    output = one_turn([agent("codex"), "exec", "--skip-git-repo-check", "Say hi"],
+                      {"CODEX_HOME": str(out / "codex"), "DUAL_SPARK_API_KEY": key}, tmp_path, tunnel)
+    assert "provider: dual-spark" in output and "model: tiny" in output
+    assert key not in output
+    assert holds_key(tmp_path, key) == [] and holds_key(out, key) == [out / "api-key"]
