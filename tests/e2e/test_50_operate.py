@@ -115,11 +115,6 @@ def test_responses_chat_and_messages_answer_through_the_tunnel(clients, tunnel):
     assert requests.post(f"{base}/responses", timeout=30, json={"model": "tiny", "input": "x"}).status_code == 401
 
 
-def head_log_count(text: str) -> int:
-    log = in_node(HEAD.dir, "docker", "logs", "dual-spark-vllm", capture_output=True, check=False)
-    return (log.stdout + log.stderr).count(text)
-
-
 def fault_and_heal(name: str, fault) -> None:
     """Inject ``fault``; the pair must stop serving, then serve again with no one touching it."""
     assert generates(), "the pair must serve before the fault"
