@@ -105,7 +105,7 @@ def test_a_dry_run_on_the_factory_image_shows_every_step_and_changes_nothing(lab
     result = pyinfra("--dry")
     assert result.returncode == 0, result.stdout
     assert re.search(r"Start the head's stack \(rank 0, the API\).*\s1 \(spark-head\)", result.stdout), result.stdout
-    assert 'NCCL_IB_GID_INDEX: "the RoCE v2 GID of 10.0.0.2 on rocep1s0f0, read once the rail has that address"' in result.stdout
+    assert 'NCCL_IB_GID_INDEX: the RoCE v2 GID of 10.0.0.2 on rocep1s0f0, read once the rail has that address' in result.stdout
     shown = new_file_diffs(result.stdout)
     for path in ("/etc/netplan/40-dual-spark.yaml", "/etc/dual-spark/compose.yaml", "/etc/dual-spark/launch.sh",
                  "/etc/security/limits.d/99-rdma.conf", "/etc/systemd/system.conf.d/90-rdma-memlock.conf",
