@@ -51,7 +51,8 @@ def tree_digest(root: Path) -> dict[str, str]:
     return digest
 
 
-PROGRAMS = ("files/runtime/model_sync.py", "files/runtime/fetch_model.py", "files/serving/health.py", "files/serving/watchdog.py")
+PROGRAMS = ("files/runtime/model_sync.py", "files/runtime/fetch_model.py", "files/runtime/progress.py", "files/serving/health.py",
+            "files/serving/watchdog.py")
 
 
 def new_file_diffs(output: str) -> dict[str, list[bool]]:
