@@ -2,8 +2,12 @@
 directory's server: no tool-call parser, a 4,096-token window): each refusal is named with the
 setting that fixes it, and what it does take is seen to answer."""
 
+import pytest
+
 from clients.__main__ import probe
 from tests.serving.conftest import API_KEY
+
+pytestmark = pytest.mark.end_to_end  # a real vLLM, set up by scripts/test as root
 
 
 def test_the_probe_names_the_missing_parser_and_the_short_window(vllm_server, capsys):
