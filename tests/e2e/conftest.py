@@ -3,6 +3,8 @@ state once for the whole session, and the pyinfra CLI run as a user runs it agai
 test modules are numbered in the order they build on each other's state."""
 
 import os
+import shlex
+import socket
 import subprocess
 import sys
 import time
@@ -13,6 +15,7 @@ import pytest
 from lab.config import LAB_DIR
 from lab.core import Lab
 from lab.lock import LabLock
+from tests.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
 PYINFRA = Path(sys.executable).parent / "pyinfra"
@@ -48,6 +51,33 @@ def converged(lab):
     result = pyinfra("-y")
     assert result.returncode == 0, result.stdout
     return result
+
+
+@pytest.fixture(scope="module")
+def clients(converged, tmp_path_factory):
+    """`python -m clients` for the lab: the output directory, the local port, what it printed."""
+    out, port = tmp_path_factory.mktemp("clients"), free_port()
+    result = subprocess.run([sys.executable, "-m", "clients", "--site", str(SITE), "--out", str(out), "--port", str(port)],
+                            cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stdout + result.stderr
+    return out, port, result.stdout + result.stderr
+
+
+@pytest.fixture(scope="module")
+def tunnel(clients):
+    """The tunnel command the clients command printed, run as printed; its local URL."""
+    _, port, text = clients
+    [command] = [line.strip() for line in text.splitlines() if line.strip().startswith("ssh -N -L")]
+    process = subprocess.Popen(shlex.split(command), stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        with socket.socket() as probe:
+            if probe.connect_ex(("127.0.0.1", port)) == 0:
+                break
+        time.sleep(0.2)
+    yield f"http://127.0.0.1:{port}"
+    process.terminate()
+    process.wait(timeout=10)
 
 
 def serving_after(timeout: float = 600) -> float:

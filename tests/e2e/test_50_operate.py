@@ -6,10 +6,7 @@ token measured and printed (README quotes them)."""
 
 import json
 import re
-import shlex
-import socket
 import subprocess
-import sys
 import time
 import tomllib
 from pathlib import Path
@@ -20,8 +17,7 @@ import requests
 from lab import faults, nodes
 from lab.config import HEAD, WORKER
 from lab.processes import in_node
-from tests.e2e.conftest import LAB_ENV, PYINFRA, RECOVERED, REPO, SITE, pyinfra
-from tests.net import free_port
+from tests.e2e.conftest import LAB_ENV, PYINFRA, RECOVERED, REPO, pyinfra
 
 pytestmark = pytest.mark.end_to_end
 MODEL_CONFIG = "/var/lib/dual-spark/model/config.json"
@@ -50,34 +46,6 @@ def test_status_reads_the_serving_pair_in_one_table(converged):
     assert re.search(r"status: (\d+) of \1 checks pass", result.stdout)
     assert re.search(r"Status of the serving pair\s+2\s+-\s+-\s+2", result.stdout), result.stdout  # changed nothing
     print(f"status took {took:.1f} s")
-
-
-@pytest.fixture(scope="module")
-def clients(converged, tmp_path_factory):
-    out = tmp_path_factory.mktemp("clients")
-    port = free_port()
-    result = subprocess.run([sys.executable, "-m", "clients", "--site", str(SITE), "--out", str(out), "--port", str(port)],
-                            cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return out, port, result.stdout + result.stderr
-
-
-
-@pytest.fixture(scope="module")
-def tunnel(clients):
-    """The tunnel command the clients command printed, run as printed."""
-    out, port, text = clients
-    [command] = [line.strip() for line in text.splitlines() if line.strip().startswith("ssh -N -L")]
-    process = subprocess.Popen(shlex.split(command), stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.2)
-    yield f"http://127.0.0.1:{port}"
-    process.terminate()
-    process.wait(timeout=10)
 
 
 def test_client_files_parse_and_name_the_served_model(clients):

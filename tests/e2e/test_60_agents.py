@@ -5,49 +5,16 @@ request counted by the head's vLLM, and the API key in no output and no file but
 
 import os
 import re
-import shlex
-import socket
 import subprocess
-import sys
-import time
 from pathlib import Path
 
 import pytest
 import requests
 
 from lab.config import AGENTS_DIR
-from tests.e2e.conftest import REPO, SITE
-from tests.net import free_port
 
 pytestmark = pytest.mark.end_to_end
 ANSWER = "Hi, this is the tiny spark model."  # what lab/tiny_model.py's chain says, then its end token
-
-
-@pytest.fixture(scope="module")
-def clients(converged, tmp_path_factory):
-    """`python -m clients` for the lab: the output directory, the local port, what it printed."""
-    out, port = tmp_path_factory.mktemp("agents") / "clients", free_port()
-    result = subprocess.run([sys.executable, "-m", "clients", "--site", str(SITE), "--out", str(out), "--port", str(port)],
-                            cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return out, port, result.stdout + result.stderr
-
-
-@pytest.fixture(scope="module")
-def tunnel(clients):
-    """The tunnel command the clients command printed, run as printed; its local URL."""
-    _, port, text = clients
-    [command] = [line.strip() for line in text.splitlines() if line.strip().startswith("ssh -N -L")]
-    process = subprocess.Popen(shlex.split(command), stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.2)
-    yield f"http://127.0.0.1:{port}"
-    process.terminate()
-    process.wait(timeout=10)
 
 
 def served(url: str) -> float:
