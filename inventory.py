@@ -1,4 +1,5 @@
-"""The two Sparks, from the site file (`site.toml`, or the file named by $DUAL_SPARK_SITE).
+"""The Sparks, from the site file (`site.toml`, or the file named by $DUAL_SPARK_SITE): the head
+and its workers, in rank order.
 
 The site file and any `--data` override are validated here, before pyinfra connects to a host.
 """
@@ -7,10 +8,10 @@ import sys
 
 from pyinfra.api.exceptions import InventoryError
 
-from site_config import SiteError, cli_data_overrides, load_site
+from site_config import SiteError, cli_data_overrides, inventory_groups, load_site
 
 try:
-    _groups = load_site(overrides=cli_data_overrides(sys.argv)).inventory_groups()
+    _groups = inventory_groups(load_site(overrides=cli_data_overrides(sys.argv)))
 except SiteError as error:
     raise InventoryError(str(error)) from None
 

@@ -10,16 +10,16 @@ import ipaddress
 import os
 import runpy
 import tomllib
-from dataclasses import dataclass, field
 from pathlib import Path
 
 import serving_data
 import site_schema as schema
+from cluster import Cluster, Node, Rail, parallel
 
 REPO = Path(__file__).resolve().parent
 SITE_ENV = "DUAL_SPARK_SITE"
 PLACEHOLDER = "CHANGE_ME"
-ROLES = ("head", "worker")
+MAX_NODES = 64
 # The keys each table of the site file may hold, for the nearest-key suggestion of a typo.
 SCHEMA = {
     "": {"ssh", "node", "settings", "model", "image", "profile"},
@@ -32,7 +32,7 @@ TABLE_NAMES = {"": "the site file", "ssh": "[ssh]", "node": "[[node]]", "rail": 
 # A top-level table of the wrong shape: the syntax that gives the right one.
 SHAPES = {
     "ssh": "write [ssh] on a line of its own, then user = \"...\" under it",
-    "node": "declare each node as [[node]] (two brackets: a list of node tables), with role, hostname, ssh_host",
+    "node": "declare each node as [[node]] (two brackets: a list of node tables), the head first, with hostname and ssh_host",
     "settings": "write [settings] on a line of its own, then key = value lines under it",
     "model": "write [model] on a line of its own, then repo and revision (or path) under it",
     "image": "declare each image as an [image.NAME] table",
@@ -46,67 +46,31 @@ class SiteError(Exception):
     """The site file or a --data override is invalid; the message lists every problem."""
 
 
-@dataclass(frozen=True)
-class Rail:
-    netdev: str
-    rdma: str
-    address: ipaddress.IPv4Interface
-    gid_index: str | int = "auto"
-
-    def as_data(self) -> dict:
-        return {
-            "netdev": self.netdev,
-            "rdma": self.rdma,
-            "address": str(self.address.ip),
-            "cidr": str(self.address),
-            "gid_index": self.gid_index,
+def inventory_groups(cluster: Cluster) -> dict[str, list[tuple[str, dict]]]:
+    """pyinfra groups: {"head": [(name, data)], "worker": [(name, data), ...]} in rank order; each
+    node's data is the site's settings and what is served, flat as group_data gives them, its own
+    place in the cluster (rank, role, rails, connection) and the cluster itself."""
+    groups: dict[str, list] = {"head": [], "worker": []}
+    for node in cluster.nodes:
+        data = {
+            **cluster.site_settings,
+            **cluster.serving,
+            "cluster": cluster,
+            "rank": node.rank,
+            "role": node.role,
+            "expected_hostname": node.hostname,
+            "deploy_user": cluster.deploy_user,
+            "rails": node.rail_data,
+            "ssh_hostname": node.ssh_host,
+            "ssh_user": cluster.deploy_user,
+            "ssh_port": cluster.ssh_port,
         }
-
-
-@dataclass(frozen=True)
-class Node:
-    role: str
-    ssh_host: str
-    hostname: str
-    rails: tuple[Rail, ...]
-
-
-@dataclass
-class Site:
-    path: Path
-    deploy_user: str
-    ssh_key: str | None
-    ssh_port: int
-    known_hosts: str | None
-    nodes: dict[str, Node]
-    settings: dict = field(default_factory=dict)
-    serving: dict = field(default_factory=dict)
-
-    def inventory_groups(self) -> dict[str, list[tuple[str, dict]]]:
-        """pyinfra groups: {"head": [(name, data)], "worker": [(name, data)]}."""
-        groups = {}
-        for role, node in self.nodes.items():
-            peer = self.nodes["worker" if role == "head" else "head"]
-            data = {
-                **self.settings,
-                **self.serving,
-                "role": role,
-                "expected_hostname": node.hostname,
-                "peer_name": peer.hostname,
-                "peer_address": peer.ssh_host,
-                "deploy_user": self.deploy_user,
-                "rails": [rail.as_data() for rail in node.rails],
-                "peer_rails": [rail.as_data() for rail in peer.rails],
-                "ssh_hostname": node.ssh_host,
-                "ssh_user": self.deploy_user,
-                "ssh_port": self.ssh_port,
-            }
-            if self.ssh_key:
-                data["ssh_key"] = self.ssh_key
-            if self.known_hosts:
-                data["ssh_known_hosts_file"] = self.known_hosts
-            groups[role] = [(node.hostname, data)]
-        return groups
+        if cluster.ssh_key:
+            data["ssh_key"] = cluster.ssh_key
+        if cluster.known_hosts:
+            data["ssh_known_hosts_file"] = cluster.known_hosts
+        groups[node.role].append((node.hostname, data))
+    return groups
 
 
 def unknown(key: str, known, where: str, elsewhere: bool = True) -> str:
@@ -154,7 +118,7 @@ def cli_data_overrides(argv: list[str]) -> dict:
     return overrides
 
 
-def load_site(path: Path | None = None, overrides: dict | None = None) -> Site:
+def load_site(path: Path | None = None, overrides: dict | None = None) -> Cluster:
     """Read, merge (defaults < [settings] < overrides) and validate a site file."""
     path = path or site_path()
     fix = f"Fix: copy site.example.toml to site.toml and describe your Sparks, or point {SITE_ENV} at one (the lab writes its own: python -m lab up)."
@@ -196,19 +160,22 @@ class _Validator:
     def failed(self, *prefixes: str) -> bool:
         return any(name == p or name.startswith((p + ".", p + "[")) for name in self.fields_in_error for p in prefixes)
 
-    def site(self) -> Site:
+    def site(self) -> Cluster:
         tables = self._shapes()
         self._placeholders(self.raw, "")
         ssh = self.check.table("ssh", tables["ssh"], schema.SSH, "[ssh]")
         nodes = self._nodes(tables["node"])
         serving = serving_data.merge(tables, self.check, self.error)
-        settings = self._settings(tables["settings"], serving, ssh.get("port", 22))
+        settings, effective, where = self._settings(tables["settings"], serving, ssh.get("port", 22))
         if nodes:
+            self._topology(nodes, effective, where["topology"])
             self._fabric(nodes)
+            self._parallel(len(nodes), serving["profiles"])
         if self.errors:
             listing = "\n".join(f"  - {line}" for line in self.errors)
             raise SiteError(f"{self.path}: {len(self.errors)} problem(s), no host was contacted:\n{listing}")
-        return Site(self.path, ssh["user"], ssh.get("key"), ssh.get("port", 22), ssh.get("known_hosts"), nodes, settings, serving)
+        return Cluster(self.path, ssh["user"], ssh.get("key"), ssh.get("port", 22), ssh.get("known_hosts"), tuple(nodes),
+                       effective, serving, settings)
 
     def _shapes(self) -> dict:
         """Each top-level table in the shape TOML gives it, or an error naming the right syntax;
@@ -241,8 +208,10 @@ class _Validator:
         elif isinstance(value, str) and PLACEHOLDER in value:
             self.error(where, value, "replace the placeholder with this site's value")
 
-    def _nodes(self, entries: list) -> dict[str, Node]:
-        nodes = {}
+    def _nodes(self, entries: list) -> list[Node]:
+        """The nodes in rank order: by ``rank`` when every node has one, else the file's order with
+        the node whose role is "head" first (a two-node site of before the cluster model)."""
+        declared = []
         for index, entry in enumerate(entries):
             where = f"node[{index}]"
             if not isinstance(entry, dict):
@@ -261,62 +230,106 @@ class _Validator:
                 good = self.check.table(rail_where, rail, schema.RAIL, "[[node.rail]]")
                 if len(good) == len(rail) and not self.failed(rail_where):
                     checked.append(Rail(good["netdev"], good["rdma"], ipaddress.IPv4Interface(good["address"]), good.get("gid_index", "auto")))
-            if {"role", "hostname", "ssh_host"} <= set(node) and node["role"] not in nodes:
-                nodes[node["role"]] = Node(node["role"], node["ssh_host"], node["hostname"], tuple(checked))
-            elif node.get("role") in nodes:
-                self.error(f"{where}.role", node["role"], f"another [[node]] is the {node['role']} already: declare one head and one worker")
-        roles = sorted(entry.get("role") for entry in entries if isinstance(entry, dict) and isinstance(entry.get("role"), str))
-        if roles != sorted(ROLES) and not any(name.endswith(".role") for name in self.fields_in_error):
-            self.error("node[].role", roles, "declare exactly two [[node]] tables, one role 'head', one 'worker'")
-        if sorted(nodes) != sorted(ROLES) or self.failed("node"):
-            return {}
-        head, worker = nodes["head"], nodes["worker"]
-        if head.hostname.lower() == worker.hostname.lower():
-            self.error("node[].hostname", head.hostname, "the two Sparks need different hostnames (set one with hostnamectl)")
-        if head.ssh_host.lower().rstrip(".") == worker.ssh_host.lower().rstrip("."):
-            self.error("node[].ssh_host", head.ssh_host, "head and worker need different SSH addresses")
+            declared.append((where, node, tuple(checked)))
+        if not 2 <= len(entries) <= MAX_NODES:
+            self.error("node", f"{len(entries)} node(s)", f"declare 2 to {MAX_NODES} [[node]] tables, the head first")
+        if self.failed("node") or not 2 <= len(declared) <= MAX_NODES:
+            return []
+        ordered = self._ranked(declared)
+        if not ordered:
+            return []
+        nodes = [Node(rank, node["hostname"], node["ssh_host"], rails) for rank, (_, node, rails) in enumerate(ordered)]
+        for label, key in (("hostname", lambda n: n.hostname.lower()), ("ssh_host", lambda n: n.ssh_host.lower().rstrip("."))):
+            seen: dict[str, int] = {}
+            for node in nodes:
+                if key(node) in seen:
+                    self.error(f"node[rank {node.rank}].{label}", getattr(node, label),
+                               f"rank {seen[key(node)]} has it already: every Spark needs its own {label}"
+                               + (" (set one with hostnamectl)" if label == "hostname" else ""))
+                seen.setdefault(key(node), node.rank)
         return nodes
 
-    def _fabric(self, nodes: dict[str, Node]) -> None:
-        head, worker = nodes["head"], nodes["worker"]
-        if len(head.rails) != len(worker.rails):
-            self.error("node[].rail", f"head {len(head.rails)}, worker {len(worker.rails)}",
-                       "give both nodes the same number of rails: rail N of the head faces rail N of the worker")
-            return
+    def _ranked(self, declared: list) -> list:
+        """``declared`` in rank order, or [] after recording why it has none."""
+        ranks = [node.get("rank") for _, node, _ in declared]
+        if any(rank is not None for rank in ranks):
+            if None in ranks or sorted(ranks) != list(range(len(declared))):
+                self.error("node[].rank", ranks, f"give every [[node]] a rank, 0 (the head) to {len(declared) - 1}, each once; or none, in rank order")
+                return []
+            ordered = sorted(declared, key=lambda item: item[1]["rank"])
+        else:
+            heads = [item for item in declared if item[1].get("role") == "head"]
+            if len(heads) > 1:
+                self.error(f"{heads[1][0]}.role", "head", f"{heads[0][0]} is the head already: declare one head")
+                return []
+            ordered = heads + [item for item in declared if item not in heads]
+        for rank, (where, node, _) in enumerate(ordered):
+            role = "head" if rank == 0 else "worker"
+            if node.get("role", role) != role:
+                self.error(f"{where}.role", node["role"], f"this node is rank {rank}, the {role}: "
+                           + ("put the head's [[node]] first, or give it rank = 0" if rank == 0 else "declare one head"))
+                return []
+        return ordered
+
+    def _topology(self, nodes: list[Node], effective: dict, where: str) -> None:
+        if effective["topology"] == "direct" and len(nodes) != 2:
+            self.error(where, "direct", f"one cable joins two Sparks: {len(nodes)} nodes need a switch "
+                       "(topology = \"switch\" under [settings], switch ports forced to 200G, auto-negotiation off)")
+
+    def _fabric(self, nodes: list[Node]) -> None:
+        """Every node on every rail; rail i of every node in one subnet, subnets apart from each
+        other and from the management LAN; every address and every node's devices its own."""
+        head = nodes[0]
+        for node in nodes[1:]:
+            if len(node.rails) != len(head.rails):
+                self.error(f"{node.hostname} rail", f"head {len(head.rails)}, {node.hostname} {len(node.rails)}",
+                           "give every node the same number of rails: rail N of each node is on the same cable (direct) or switch subnet")
+                return
         seen_addresses: dict[str, str] = {}
         subnets: list[tuple[ipaddress.IPv4Network, int]] = []
-        for index, (mine, theirs) in enumerate(zip(head.rails, worker.rails)):
+        for index in range(len(head.rails)):
             where = f"rail[{index}]"
-            for role, rail in (("head", mine), ("worker", theirs)):
-                ip = str(rail.address.ip)
+            subnet = head.rails[index].address.network
+            apart = [node for node in nodes[1:] if node.rails[index].address.network != subnet]
+            for node in nodes:
+                ip = str(node.rails[index].address.ip)
                 if ip in seen_addresses:
-                    self.error(f"{role} {where}.address", ip, f"already used by {seen_addresses[ip]}: every fabric address must be unique")
-                seen_addresses[ip] = f"{role} {where}"
-            if mine.address.network != theirs.address.network:
-                self.error(f"{where}.address", f"head {mine.address}, worker {theirs.address}",
-                           "put the head and worker ends of a rail in the same subnet")
+                    self.error(f"{node.hostname} {where}.address", ip, f"already used by {seen_addresses[ip]}: every fabric address must be unique")
+                seen_addresses[ip] = f"{node.hostname} {where}"
+            if apart:
+                self.error(f"{where}.address", ", ".join(f"{node.hostname} {node.rails[index].address}" for node in [head, *apart]),
+                           f"put every node's rail {index} in one subnet (the head's is {subnet})")
                 continue
-            subnet = mine.address.network
             for other, other_index in subnets:
                 if subnet.overlaps(other):
                     self.error(f"{where}.address", str(subnet), f"overlaps rail[{other_index}]'s subnet {other}: give each rail a subnet of its own")
             subnets.append((subnet, index))
-            for node in (head, worker):
+            for node in nodes:
                 try:
                     management = ipaddress.ip_address(node.ssh_host)
                 except ValueError:
                     continue
                 if management in subnet:
                     self.error(f"{where}.address", str(subnet),
-                               f"overlaps the management address {management} of {node.role}: pick a fabric subnet apart from the LAN")
-        for role, node in nodes.items():
+                               f"overlaps the management address {management} of {node.hostname}: pick a fabric subnet apart from the LAN")
+        for node in nodes:
             for label, values in (("netdev", [r.netdev for r in node.rails]), ("rdma", [r.rdma for r in node.rails])):
                 duplicates = sorted({v for v in values if values.count(v) > 1})
                 if duplicates:
-                    self.error(f"{role} rail[].{label}", duplicates, "each rail needs its own device")
+                    self.error(f"{node.hostname} rail[].{label}", duplicates, "each rail needs its own device")
 
-    def _settings(self, site_settings: dict, serving: dict, ssh_port: int) -> dict:
-        """The site's valid [settings]; the effective ones (defaults < site < --data) checked together."""
+    def _parallel(self, size: int, profiles: dict) -> None:
+        """Every profile splits the model over exactly the cluster's nodes."""
+        for name, profile in sorted(profiles.items()):
+            tensor, pipeline = parallel(profile, size)
+            if tensor * pipeline != size:
+                key = "tensor_parallel" if "tensor_parallel" in profile else "pipeline_parallel"
+                self.error(f"profile.{name}.{key}", profile[key],
+                           f"tensor_parallel x pipeline_parallel must be the number of nodes, {size} (now {tensor} x {pipeline})")
+
+    def _settings(self, site_settings: dict, serving: dict, ssh_port: int) -> tuple[dict, dict, dict]:
+        """The site's valid [settings], the effective ones (defaults < site < --data) checked
+        together, and where each effective one was set."""
         defaults = default_settings()
         settings = self.check.table("settings", site_settings, schema.SETTINGS, "[settings]", required=False)
         overrides = {}
@@ -334,7 +347,7 @@ class _Validator:
         effective = {**defaults, **settings, **overrides}
         where = {key: ("--data " if key in overrides else "settings.") + key for key in effective}
         Relations(effective, where, serving, ssh_port, self.error, self.failed).check()
-        return settings
+        return settings, effective, where
 
 
 class Relations:

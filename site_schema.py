@@ -273,7 +273,8 @@ RAIL = {
 }
 
 NODE = {
-    "role": text(one_of("head", "worker"), required=True),
+    "role": text(one_of("head", "worker")),
+    "rank": Key(int, "use a whole number", between(0, 63, "use the node's rank: 0 for the head, then 1, 2, ... (at most 63)")),
     "hostname": text(matching(HOSTNAME, "set the node's hostname (letters, digits, '-')"), required=True),
     "ssh_host": text(ssh_address, required=True),
     "rail": Key(list, "declare each rail as [[node.rail]] under its [[node]]", required=True),
@@ -313,10 +314,13 @@ PROFILE = {
     "flashinfer_autotune": Key(bool, "use true or false", required=True),
     "privileged": Key(bool, "use true or false", required=True),
     "agent_compact_tokens": Key(int, "use a whole number", between(1024, 16_777_216, "use 1,024 tokens or more (150000 published)"), required=True),
+    "tensor_parallel": Key(int, "use a whole number", between(1, 64, "use 1 to 64 (default: every node; 2, 4 or 8 work best)")),
+    "pipeline_parallel": Key(int, "use a whole number", between(1, 64, "use 1 to 64 (default 1; 3 nodes of a model whose heads 3 does not divide need 3)")),
     "env": env_table("a profile's env"),
 }
 
 SETTINGS = {
+    "topology": text(one_of("direct", "switch")),
     "profile": text(matching(NAME, "name a profile (adaptive, fast, long-c4)")),
     "api_host": text(api_address),
     "api_port": port(),

@@ -5,6 +5,10 @@ group_data/serving.toml."""
 # Every operation runs as root through sudo; the deploy user itself is a normal user.
 _sudo = True
 
+# The fabric between the nodes: "direct" (two Sparks, one QSFP cable) or "switch" (2 or more, one
+# cable each into a switch, ports forced to 200G with auto-negotiation off)
+topology = "direct"
+
 # Serving
 profile = "adaptive"
 api_host = "127.0.0.1"

@@ -1,5 +1,5 @@
-"""The other node, as an operation on this one sees it: None when it did not answer over SSH,
-so a step that needs both nodes says so instead of dying in a traceback."""
+"""Other nodes of the cluster, as an operation on this one sees them: None for one that did not
+answer over SSH, so a step that needs it says so instead of dying in a traceback."""
 
 from __future__ import annotations
 
@@ -8,9 +8,9 @@ from pyinfra import host, inventory, logger, state
 from pyinfra.api import Host
 
 
-def reachable_peer() -> Host | None:
-    """The peer node's Host; None if it does not answer over SSH, or failed a step of this run."""
-    peer = inventory.get_host(host.data.peer_name)
+def reachable(name: str) -> Host | None:
+    """The named node's Host; None if it does not answer over SSH, or failed a step of this run."""
+    peer = inventory.get_host(name)
     if peer in state.failed_hosts:
         return None
     if not peer.connected:
@@ -30,34 +30,38 @@ def failed_step(node: Host) -> str | None:
     return "a step"
 
 
-def warn_unreachable(step: str) -> None:
-    """Say the step waits for the peer, and why: a warning with what to check, and the no-op reason."""
-    peer = inventory.get_host(host.data.peer_name)
+def warn_unreachable(step: str, name: str) -> None:
+    """Say the step waits for the named node, and why: a warning with what to check, and the
+    no-op reason."""
+    peer = inventory.get_host(name)
     if peer.connected:
         host.noop(f"{step} waits: {peer.name} failed an earlier step")
         logger.warning(f"{host.print_prefix}{peer.name} failed an earlier step of this run ({failed_step(peer)}; its error is "
-                       f"above): {step} needs both nodes and is left for the next run.")
+                       f"above): {step} needs it and is left for the next run.")
         return
     host.noop(f"{step} waits: {peer.name} does not answer")
     logger.warning(
-        f"{host.print_prefix}{peer.name} does not answer at {host.data.peer_address}:{host.data.ssh_port}: "
-        f"{step} needs both nodes and is left for the next run. Check that {peer.name} is on, that sshd "
+        f"{host.print_prefix}{peer.name} does not answer at {peer.data.ssh_hostname}:{peer.data.ssh_port}: "
+        f"{step} needs {peer.name} and is left for the next run. Check that {peer.name} is on, that sshd "
         "runs and the management LAN."
     )
 
 
-def read_both(fact, peer: Host | None, **kwargs) -> tuple:
-    """A fact of this node and of the peer (None without a peer), read at the same time."""
-    if peer is None:
-        return host.get_fact(fact, **kwargs), None
-    theirs = gevent.spawn(peer.get_fact, fact, **kwargs)
+def read_all(fact, others: list[Host | None], **kwargs) -> tuple:
+    """A fact of this node, then of each of ``others`` (None for a None), all read at the same time."""
+    theirs = [gevent.spawn(other.get_fact, fact, **kwargs) if other is not None else None for other in others]
     mine = host.get_fact(fact, **kwargs)
-    return mine, theirs.get()
+    return mine, *(greenlet.get() if greenlet is not None else None for greenlet in theirs)
+
+
+def read_both(fact, peer: Host | None, **kwargs) -> tuple:
+    """A fact of this node and of one other (None without it), read at the same time."""
+    return read_all(fact, [peer], **kwargs)
 
 
 def acts_here(role: str) -> bool:
-    """Whether this step acts on this node. Every step is called on both nodes from one place, so
-    pyinfra keeps the steps of both in one order; on the other node it does nothing."""
+    """Whether this step acts on this node. Every step is called on every node from one place, so
+    pyinfra keeps the steps of all in one order; on a node of the other role it does nothing."""
     if host.data.role == role:
         return True
     host.noop(f"acts on the {role}")

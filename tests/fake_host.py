@@ -5,9 +5,11 @@ collected as text, the no-op description and what pyinfra's logger printed are r
 from __future__ import annotations
 
 import hashlib
+import ipaddress
 import json
 import logging
 from contextlib import ExitStack
+from pathlib import Path
 from types import SimpleNamespace
 
 import click
@@ -15,6 +17,8 @@ from pyinfra import logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.api.util import get_kwargs_str
 from pyinfra.context import ctx_host, ctx_inventory, ctx_state
+
+from cluster import Cluster, Node, Rail
 
 
 def fact_key(cls) -> str:
@@ -99,9 +103,22 @@ class Printed(logging.Handler):
         self.lines.append(click.unstyle(record.getMessage()))
 
 
+def cluster_of(spec: dict) -> Cluster:
+    """A fixture's ``"cluster"``: {"nodes": [{"hostname", "ssh_host", "rails": [{"netdev", "rdma",
+    "address": CIDR, "gid_index"?}]}], "settings": {...}, "serving": {...}}, nodes in rank order."""
+    nodes = tuple(
+        Node(rank, node["hostname"], node["ssh_host"],
+             tuple(Rail(r["netdev"], r["rdma"], ipaddress.IPv4Interface(r["address"]), r.get("gid_index", "auto")) for r in node["rails"]))
+        for rank, node in enumerate(spec["nodes"])
+    )
+    settings = {"topology": "direct" if len(nodes) == 2 else "switch", **spec.get("settings", {})}
+    return Cluster(Path("site.toml"), spec.get("deploy_user", "spark"), None, 22, None, nodes, settings, spec.get("serving", {}))
+
+
 def run_operation(op, case: dict) -> tuple[list, FakeHost]:
-    """Run an operation's generator against the fixture's host (and peer), diffs on if the case
-    says ``"diff": true``; its commands, and the host with what was printed (``host.printed``)."""
+    """Run an operation's generator against the fixture's host and the other nodes (``"peer"``,
+    then ``"others"``), with the fixture's ``"cluster"`` in every node's data, diffs on if the
+    case says ``"diff": true``; its commands, and the host with what was printed (``host.printed``)."""
     state = SimpleNamespace(
         is_executing=case.get("executing", False),
         failed_hosts=set(),
@@ -111,20 +128,20 @@ def run_operation(op, case: dict) -> tuple[list, FakeHost]:
         ops={},
         get_op_meta=lambda op_hash: SimpleNamespace(names={op_hash}),
     )
+    common = {"cluster": cluster_of(case["cluster"])} if "cluster" in case else {}
     host_case = case["host"]
-    host = FakeHost(host_case["name"], host_case.get("data", {}), host_case.get("facts", {}), state)
+    host = FakeHost(host_case["name"], {**common, **host_case.get("data", {})}, host_case.get("facts", {}), state)
     hosts = {host.name: host}
-    if "peer" in case:
-        reachable = case["peer"].get("reachable", True)
-        peer = FakeHost(case["peer"]["name"], case["peer"].get("data", {}), case["peer"].get("facts", {}), state,
-                        connected=reachable)
+    for other in ([case["peer"]] if "peer" in case else []) + case.get("others", []):
+        reachable = other.get("reachable", True)
+        peer = FakeHost(other["name"], {**common, **other.get("data", {})}, other.get("facts", {}), state, connected=reachable)
         hosts[peer.name] = peer
         if not reachable:
             state.failed_hosts.add(peer)
-        if "failed_step" in case["peer"]:  # it answers, but a step of this run failed on it
+        if "failed_step" in other:  # it answers, but a step of this run failed on it
             state.failed_hosts.add(peer)
             failed = SimpleNamespace(is_complete=lambda: True, did_succeed=lambda: False)
-            state.ops[peer] = {case["peer"]["failed_step"]: SimpleNamespace(operation_meta=failed)}
+            state.ops[peer] = {other["failed_step"]: SimpleNamespace(operation_meta=failed)}
     printed = Printed()
     with ExitStack() as stack:
         logger.addHandler(printed)
