@@ -1,11 +1,12 @@
-"""Converge both Sparks: host preparation, identity, QSFP fabric, SSH trust, runtime artifacts,
-the serving stacks, then verification.
+"""Converge every Spark of the site (a pair on one cable, or N through a switch): host
+preparation, identity, the QSFP fabric, SSH trust, runtime artifacts, the serving stacks, then
+verification.
 
     pyinfra inventory.py deploy.py          # shows the changes, asks, applies, verifies
     pyinfra --dry inventory.py deploy.py    # shows the changes only
 
 One include per line: pyinfra orders operations by where they are called, so the steps of
-both nodes interleave in this order.
+every node interleave in this order.
 """
 
 from pyinfra import local
