@@ -1,0 +1,41 @@
+#!/bin/sh
+# Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
+# The worker's vLLM, profile adaptive: shipped as a file and exec'd, so no argument is
+# quoted through nested shells (the --speculative-config JSON survives as written). Beside it runs
+# the watchdog (watchdog.py, sha256 3324a2f2ddec9070...), which ends vLLM when this side can
+# no longer serve: Docker then restarts the container, with a backoff when it keeps failing to come up.
+set -eu
+watchdog() { /opt/env/bin/python /dual-spark/watchdog.py "$@"; }
+watchdog backoff --state /dual-spark/state/worker-starts
+watchdog worker --ip 10.10.0.2 --head-ip 10.10.0.1 --port 25001 --pid $$ \
+  --state /dual-spark/state/worker-starts &
+exec /opt/env/bin/vllm \
+  serve \
+  /model \
+  --served-model-name deepseek-v4-flash \
+  --trust-remote-code \
+  --tensor-parallel-size 2 \
+  --pipeline-parallel-size 1 \
+  --kv-cache-dtype fp8 \
+  --block-size 256 \
+  --max-model-len 900000 \
+  --max-num-seqs 4 \
+  --max-num-batched-tokens 8192 \
+  --gpu-memory-utilization 0.8 \
+  --enable-prefix-caching \
+  --speculative-config '{"method":"dspark","num_speculative_tokens":5,"prompt_lookup_max":3}' \
+  --tokenizer-mode deepseek_v4 \
+  --distributed-executor-backend mp \
+  --tool-call-parser deepseek_v4 \
+  --enable-auto-tool-choice \
+  --reasoning-parser deepseek_v4 \
+  --default-chat-template-kwargs '{"thinking":false}' \
+  --generation-config vllm \
+  --override-generation-config '{"temperature":0.0,"top_p":1.0}' \
+  --enable-flashinfer-autotune \
+  --nnodes 2 \
+  --node-rank 1 \
+  --master-addr 10.10.0.1 \
+  --master-port 25000 \
+  --headless \
+  --enable-chunked-prefill
