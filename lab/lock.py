@@ -1,5 +1,7 @@
 """One lab at a time: whoever brings the lab up or runs tests on it holds this lock, and a
-second comer is told who holds it instead of tearing the lab down under them."""
+second comer is told who holds it instead of tearing the lab down under them. Within one
+process the lock nests (a test session that holds the pair's lab may bring up a larger lab in
+its place)."""
 
 from __future__ import annotations
 
@@ -18,11 +20,15 @@ class LabBusy(RuntimeError):
 class LabLock:
     """``with LabLock(): ...`` holds the lab for the block; the lock file names the holder."""
 
+    _held: dict[Path, list[int]] = {}  # path -> [fd, depth] of the lock this process holds
+
     def __init__(self, path: Path = LOCK_FILE):
         self.path = path
-        self._fd: int | None = None
 
     def __enter__(self) -> LabLock:
+        if self.path in LabLock._held:
+            LabLock._held[self.path][1] += 1
+            return self
         self.path.parent.mkdir(parents=True, exist_ok=True)
         fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
         try:
@@ -33,11 +39,15 @@ class LabLock:
             raise LabBusy(f"the lab is in use by {holder}: wait for it to finish, or stop it and try again") from None
         os.ftruncate(fd, 0)
         os.write(fd, f"PID {os.getpid()} ({' '.join(sys.argv)[:200]})\n".encode())
-        self._fd = fd
+        LabLock._held[self.path] = [fd, 1]
         return self
 
     def __exit__(self, *exc) -> None:
-        if self._fd is not None:
-            os.ftruncate(self._fd, 0)
-            os.close(self._fd)
-            self._fd = None
+        held = LabLock._held.get(self.path)
+        if held is None:
+            return
+        held[1] -= 1
+        if held[1] == 0:
+            del LabLock._held[self.path]
+            os.ftruncate(held[0], 0)
+            os.close(held[0])

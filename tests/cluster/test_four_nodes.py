@@ -1,0 +1,92 @@
+"""End to end on four lab nodes through the switch, from the factory state: the deploy
+converges them to one TP=4 vLLM serving through the head's API and the printed tunnel, a second
+run changes nothing, a switch port left at auto-negotiation (100G) is a verification FAIL with
+its fix, and a worker's vLLM killed heals with no one touching anything (the time printed)."""
+
+import re
+import time
+
+import pytest
+import requests
+
+from lab import faults
+from lab.config import CABLE_LAYOUTS
+from lab.processes import in_node
+from tests.cluster.conftest import MEASURED, NODES, generates
+from tests.e2e.conftest import pyinfra
+from tests.e2e.test_10_converge import changed_operations
+
+pytestmark = pytest.mark.end_to_end
+ANSWER = "Hi, this is the tiny spark model."  # lab/tiny_model.py
+
+
+def running_container(node) -> str:
+    """The ID and start time of the node's vLLM container."""
+    return in_node(node.dir, "docker", "inspect", "-f", "{{.Id}} {{.State.StartedAt}} {{.State.Running}}", "dual-spark-vllm",
+                   capture_output=True).stdout.strip()
+
+
+def test_the_deploy_converges_four_nodes_to_one_tensor_parallel_endpoint(cluster_lab, converged):
+    first_token = re.search(r"first token after ([\d.]+) s", converged.stdout)
+    if first_token:
+        MEASURED["vLLM start: first token after (deploy's wait)"] = f"{float(first_token.group(1)):.0f} s"
+    assert re.search(r"spark-head\s+API\s+PASS\s+generates tokens at 127.0.0.1:8888 as tiny", converged.stdout), converged.stdout
+    for rank, node in enumerate(cluster_lab.nodes):
+        assert running_container(node).endswith("true"), f"{node.hostname} runs no vLLM container"
+        launch = (node.root / "etc/dual-spark/launch.sh").read_text()
+        assert "--tensor-parallel-size 4" in launch and f"--nnodes {NODES}" in launch and f"--node-rank {rank}" in launch, launch
+        assert ("--headless" in launch) == (rank > 0), launch
+        if rank:
+            assert "--master-addr 10.0.0.1" in launch, launch
+
+
+def test_a_chat_completion_is_served_through_the_tunnel(clients, tunnel):
+    out, _, _ = clients
+    headers = {"Authorization": f"Bearer {(out / 'api-key').read_text().strip()}"}
+    chat = requests.post(f"{tunnel}/v1/chat/completions", headers=headers, timeout=120,
+                         json={"model": "tiny", "messages": [{"role": "user", "content": "spark"}], "max_tokens": 32})
+    assert chat.status_code == 200, chat.text
+    assert chat.json()["choices"][0]["message"]["content"] == ANSWER, chat.text
+    assert requests.get(f"{tunnel}/v1/models", timeout=10).status_code == 401
+
+
+def test_a_second_run_changes_nothing(cluster_lab, converged):
+    before = {node.hostname: running_container(node) for node in cluster_lab.nodes}
+    started = time.monotonic()
+    result = pyinfra("-y", timeout=1800)
+    MEASURED["second converge (4 nodes, no change)"] = f"{time.monotonic() - started:.0f} s"
+    assert result.returncode == 0, result.stdout
+    assert changed_operations(result.stdout) == 0, result.stdout
+    assert {node.hostname: running_container(node) for node in cluster_lab.nodes} == before
+
+
+def test_a_switch_port_at_100g_fails_verification_with_the_fix(cluster_lab, converged):
+    node, netdev = cluster_lab.nodes[2], CABLE_LAYOUTS["f0"][0][0]
+    faults.switch_port_autonegotiated(node, netdev)
+    try:
+        result = pyinfra("-y", task="tasks/verify.py")
+    finally:
+        faults.switch_port_autonegotiated(node, netdev, 200000)
+    assert result.returncode != 0, result.stdout
+    row = rf"{node.hostname}\s+rail 0 {netdev} link\s+FAIL\s+100000 Mb/s, expected 200000"
+    assert re.search(row, result.stdout), result.stdout
+    assert "force 200G, auto-negotiation off on the switch" in result.stdout, result.stdout
+    assert not re.search(r"spark-(head|worker[13])\s+rail \d \S+ link\s+FAIL", result.stdout), result.stdout
+    put_right = pyinfra("-y", task="tasks/verify.py")
+    assert put_right.returncode == 0, put_right.stdout
+
+
+def test_a_killed_worker_vllm_heals_with_no_one_touching_anything(cluster_lab, converged):
+    node = cluster_lab.nodes[2]
+    assert generates(), "the cluster must serve before the fault"
+    started = time.monotonic()
+    assert faults.kill(node, "vllm serve"), f"no vLLM on {node.hostname}"
+    while generates():
+        assert time.monotonic() - started < 120, "the cluster still serves two minutes after a rank died"
+        time.sleep(1)
+    while not generates():
+        assert time.monotonic() - started < 900, "the cluster does not serve 15 minutes after the fault"
+        time.sleep(2)
+    took = time.monotonic() - started
+    MEASURED[f"{node.hostname} vLLM killed -> first served token"] = f"{took:.0f} s"
+    print(f"{node.hostname} vLLM killed -> serving again after {took:.0f} s")
