@@ -1,5 +1,6 @@
 """Rules for serving: each node runs the stack installed for the configured profile; the head's
-API generates a token with its key and listens only where the site says."""
+API generates a token with its key and listens only where the site says; the tensor parallel
+divides the model's attention heads as vLLM needs."""
 
 from __future__ import annotations
 
@@ -49,3 +50,29 @@ def api_checks(name: str, host: str, port: int, api: dict, listening: list[str])
     else:
         checks.append(Check(name, "API exposure", PASS, f"only on {where}"))
     return checks
+
+
+def divides_heads(tensor_parallel: int, heads: int, kv_heads: int) -> bool:
+    """vLLM 0.32's rule: the attention heads divide by the tensor parallel (ModelConfig's
+    verify_with_parallel_config); the KV heads are split when there are more of them than ranks,
+    else replicated, so one divides the other (QKVParallelLinear)."""
+    if heads % tensor_parallel:
+        return False
+    return kv_heads % tensor_parallel == 0 if kv_heads > tensor_parallel else tensor_parallel % kv_heads == 0
+
+
+def heads_refusal(profile: str, tensor_parallel: int, pipeline_parallel: int, heads: dict | None) -> str | None:
+    """Why vLLM would refuse this split of the nodes for the model's head counts (``ModelHeads``),
+    with the splits it takes; None when it takes this one or the counts are not known."""
+    if not heads or heads["attention_heads"] is None or heads["kv_heads"] is None:
+        return None
+    attention, kv = heads["attention_heads"], heads["kv_heads"]
+    if divides_heads(tensor_parallel, attention, kv):
+        return None
+    nodes = tensor_parallel * pipeline_parallel
+    splits = [f"tensor_parallel = {tp}, pipeline_parallel = {nodes // tp}" for tp in range(nodes, 0, -1)
+              if nodes % tp == 0 and divides_heads(tp, attention, kv)]
+    return (f"profile {profile}: tensor_parallel = {tensor_parallel} does not fit the model's {attention} attention heads "
+            f"and {kv} KV heads (vLLM needs the attention heads divisible by the tensor parallel, and the KV heads "
+            f"divisible by it or it by them); nothing was stopped or restarted. Fix: in [profile.{profile}] of the site file "
+            f"split the {nodes} nodes another way: {'; or '.join(splits)}.")

@@ -1,7 +1,9 @@
-"""Readings of a node's serving stack: its files, its container, the RoCE GID it must name."""
+"""Readings of a node's serving stack: its files, its container, the RoCE GID it must name, the
+model's attention heads."""
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TypedDict
 
@@ -116,3 +118,48 @@ class ServingState(FactBase[Serving]):
             unreadable += digest
         reading["unreadable"] = unreadable
         return reading
+
+
+# Where vLLM 0.32 reads the KV head count (ModelArchConfigConvertor.get_total_num_kv_heads), in its order.
+KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query_group_num", "num_attention_groups")
+
+
+class Heads(TypedDict):
+    attention_heads: int | None
+    kv_heads: int | None
+
+
+class ModelHeads(FactBase[Heads | None]):
+    """
+    The attention and KV head counts in the ``config.json`` of the model in ``model_dir`` (its
+    ``text_config`` where it has one), as vLLM reads them: without a KV count, every attention
+    head is one. None without a config.json; None counts where it does not read.
+
+    .. code:: python
+
+        {"attention_heads": 64, "kv_heads": 8}
+    """
+
+    @staticmethod
+    def default() -> None:
+        return None
+
+    def command(self, model_dir: str) -> StringCommand:
+        return StringCommand("cat", QuoteString(f"{model_dir}/config.json"), "2>/dev/null", "||", "true")
+
+    def process(self, output: list[str]) -> Heads | None:
+        text = "\n".join(output).strip()
+        if not text:
+            return None
+        try:
+            config = json.loads(text)
+            config = config.get("text_config") or config
+        except (ValueError, AttributeError):
+            return {"attention_heads": None, "kv_heads": None}
+
+        def count(value) -> int | None:
+            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+        heads = count(config.get("num_attention_heads"))
+        kv = next((config[key] for key in KV_HEAD_KEYS if config.get(key) is not None), heads)
+        return {"attention_heads": heads, "kv_heads": count(kv)}

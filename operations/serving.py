@@ -1,8 +1,9 @@
 """Operations for serving: one compose stack per node (built as data, its launch script rendered
 from templates/serving/), checked
 by the real `docker compose config` before it is installed, and brought up in the only order
-two-node vLLM survives: the head stops first, a fresh worker starts, then the head. Containers
-restart only when their pair's stacks changed (or one of them is not running)."""
+multi-node vLLM survives: the head stops first, fresh workers start, then the head. Containers
+restart only when a stack of the cluster changed (or one of them is not running), and never
+with a tensor parallel the model's attention heads refuse."""
 
 from __future__ import annotations
 
@@ -18,10 +19,12 @@ from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
 from checks import table
+from checks.serving import heads_refusal
+from cluster import Cluster
 from facts.fabric import roce_v2_gid_index
-from facts.serving import ServingState
+from facts.serving import ModelHeads, ServingState
 from facts.verify import api_reading
-from operations.peer import acts_here, reachable_peer, read_both, warn_unreachable
+from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from operations.render import render, show_diff
 from operations.runtime import paths
 
@@ -38,7 +41,8 @@ def vllm_args(settings: dict) -> list[str]:
     if head:
         args += ["--host", settings["api_host"], "--port", str(settings["api_port"])]
     args += [
-        "--trust-remote-code", "--tensor-parallel-size", "2", "--pipeline-parallel-size", "1",
+        "--trust-remote-code", "--tensor-parallel-size", str(settings["tensor_parallel"]),
+        "--pipeline-parallel-size", str(settings["pipeline_parallel"]),
         "--kv-cache-dtype", profile["kv_cache_dtype"], "--block-size", str(settings["block_size"]),
         "--max-model-len", str(profile["max_model_len"]), "--max-num-seqs", str(profile["max_num_seqs"]),
         "--max-num-batched-tokens", str(profile["max_num_batched_tokens"]),
@@ -61,33 +65,33 @@ def vllm_args(settings: dict) -> list[str]:
     ]
     if profile["flashinfer_autotune"]:
         args.append("--enable-flashinfer-autotune")
-    args += ["--nnodes", "2", "--node-rank", "0" if head else "1", "--master-addr", settings["master_addr"],
+    args += ["--nnodes", str(settings["nodes"]), "--node-rank", str(settings["rank"]), "--master-addr", settings["master_addr"],
              "--master-port", str(settings["master_port"])]
     if not head:
         args.append("--headless")
     return args + list(settings["vllm_extra_args"])
 
 
-def stack_settings(data) -> dict:
-    """What one node's stack is made of, from its host data (plain values, for rendering)."""
-    profile = data.profiles[data.profile]
-    head_rails = data.rails if data.role == "head" else data.peer_rails
-    where = paths(data.state_dir, data.model_dir)
-    image = data.images[profile["image"]]
+def stack_settings(cluster: Cluster, hostname: str) -> dict:
+    """What one node's stack is made of, from the cluster (plain values, for rendering)."""
+    node, settings = cluster.node(hostname), cluster.settings
+    where = paths(settings["state_dir"], settings["model_dir"])
     return {
-        "role": data.role, "profile_name": data.profile, "profile": profile, "model": data.model,
-        "image": image, "rails": data.rails, "master_addr": head_rails[0]["address"],
-        "peer_address": data.peer_rails[0]["address"], "watchdog_port": data.watchdog_port,
-        "ready_timeout": data.serving_ready_timeout, "python": image["python"], "watchdog_script": where["watchdog"],
-        "restarts_dir": where["serving"],
-        "api_host": data.api_host, "api_port": data.api_port, "master_port": data.master_port, "block_size": data.block_size,
-        "speculative_method": data.speculative_method, "speculative_options": data.speculative_options,
-        "generation_config": data.generation_config,
-        "vllm_extra_args": data.vllm_extra_args, "serving_env": data.serving_env, "gpus": data.container_gpus,
-        "devices": data.container_devices, "ulimits": data.container_ulimits, "mounts": data.container_mounts,
-        "container_env": data.container_env, "model_dir": data.model_dir, "stack_dir": data.stack_dir,
-        "api_key_file": api_key_file(data.state_dir), "health_script": where["health"], "deploy_user": data.deploy_user,
-        "manifest": where["manifest"],
+        "hostname": hostname, "rank": node.rank, "role": node.role, "nodes": cluster.size,
+        "tensor_parallel": cluster.tensor_parallel, "pipeline_parallel": cluster.pipeline_parallel,
+        "profile_name": cluster.profile_name, "profile": cluster.profile, "model": cluster.model,
+        "image": cluster.image, "rails": node.rail_data, "master_addr": cluster.master_addr,
+        "worker_addresses": [str(worker.rails[0].address.ip) for worker in cluster.workers],
+        "watchdog_port": settings["watchdog_port"], "ready_timeout": settings["serving_ready_timeout"],
+        "python": cluster.image["python"], "watchdog_script": where["watchdog"], "restarts_dir": where["serving"],
+        "api_host": settings["api_host"], "api_port": settings["api_port"], "master_port": settings["master_port"],
+        "block_size": settings["block_size"], "speculative_method": settings["speculative_method"],
+        "speculative_options": settings["speculative_options"], "generation_config": settings["generation_config"],
+        "vllm_extra_args": settings["vllm_extra_args"], "serving_env": settings["serving_env"],
+        "gpus": settings["container_gpus"], "devices": settings["container_devices"], "ulimits": settings["container_ulimits"],
+        "mounts": settings["container_mounts"], "container_env": settings["container_env"], "model_dir": settings["model_dir"],
+        "stack_dir": settings["stack_dir"], "api_key_file": api_key_file(settings["state_dir"]), "health_script": where["health"],
+        "deploy_user": cluster.deploy_user, "manifest": where["manifest"],
     }
 
 
@@ -96,7 +100,7 @@ def api_key_file(state_dir: str) -> str:
 
 
 def state_arguments(settings: dict) -> dict:
-    """ServingState's arguments: the same on both nodes (the manifest exists on the head only)."""
+    """ServingState's arguments: the same on every node (the manifest exists on the head only)."""
     return {"stack_dir": settings["stack_dir"], "key_file": settings["api_key_file"], "model_record": settings["manifest"]}
 
 
@@ -173,7 +177,7 @@ def compose_file(settings: dict, env: dict[str, str], stack_hash: str, model_dig
     """compose.yaml: a managed-file header, then the stack serialised by a YAML library and read
     back to prove it says what was meant."""
     stack = compose_stack(settings, env, stack_hash, model_digest)
-    text = render("serving/compose-header.yaml.j2", **settings, rank=0 if settings["role"] == "head" else 1) + yaml.safe_dump(stack, sort_keys=False, width=10**6)
+    text = render("serving/compose-header.yaml.j2", **settings) + yaml.safe_dump(stack, sort_keys=False, width=10**6)
     if yaml.safe_load(text) != stack:
         raise OperationError(f"{settings['stack_dir']}/compose.yaml would not read back as the stack meant: refusing to write it")
     return text
@@ -181,7 +185,7 @@ def compose_file(settings: dict, env: dict[str, str], stack_hash: str, model_dig
 
 def desired(settings: dict, gid: int, model_digest: str | None) -> Stack:
     """The node's compose file and launch script; the stack hash names both (a container label).
-    The launch script names the watchdog's version: a new watchdog restarts the pair."""
+    The launch script names the watchdog's version: a new watchdog restarts the cluster."""
     launch = render("serving/launch.sh.j2", **settings, command=[settings["image"]["vllm"], "serve"] + vllm_args(settings),
                     watchdog_digest=hashlib.sha256(WATCHDOG.read_bytes()).hexdigest()[:16])
 
@@ -201,14 +205,42 @@ def in_place(stack: Stack, reading: dict | None) -> bool:
             and container is not None and container["status"] == "running" and container["stack"] == stack.hash)
 
 
-def pair(settings: dict, peer_settings: dict, mine: dict, theirs: dict | None) -> tuple[Stack, bool, bool]:
-    """This node's desired stack, whether it is in place, and whether the peer's is. Both stacks
-    name the model of the head's manifest: new weights restart the pair."""
-    head = mine if settings["role"] == "head" else theirs
-    model = head["model_digest"] if head else mine["model_digest"]
-    stack = desired(settings, gid_index(settings, mine), model)
-    theirs_ok = theirs is not None and in_place(desired(peer_settings, gid_index(peer_settings, theirs), model), theirs)
-    return stack, in_place(stack, mine), theirs_ok
+def own(stacks: list[dict]) -> dict:
+    """This node's stack settings among every node's."""
+    return next(settings for settings in stacks if settings["hostname"] == host.name)
+
+
+def read_cluster(stacks: list[dict], step: str) -> list[dict | None]:
+    """Every node's ServingState in rank order, read at the same time; None for a node that does
+    not answer (a warning says the step waits for it)."""
+    names = [settings["hostname"] for settings in stacks if settings["hostname"] != host.name]
+    others = [reachable(name) for name in names]
+    mine, *theirs = read_all(ServingState, others, **state_arguments(own(stacks)))
+    for name, other in zip(names, others):
+        if other is None:
+            warn_unreachable(step, name)
+    found = {host.name: mine, **dict(zip(names, theirs))}
+    return [found[settings["hostname"]] for settings in stacks]
+
+
+def cluster_stacks(stacks: list[dict], readings: list[dict | None]) -> tuple[Stack, bool]:
+    """This node's desired stack, and whether every node runs its own. Every stack names the
+    model of the head's manifest: new weights restart the cluster."""
+    mine = readings[own(stacks)["rank"]]
+    model = (readings[0] or mine)["model_digest"]
+    wanted = [desired(settings, gid_index(settings, reading), model) if reading is not None else None
+              for settings, reading in zip(stacks, readings)]
+    everywhere = all(stack is not None and in_place(stack, reading) for stack, reading in zip(wanted, readings))
+    return wanted[own(stacks)["rank"]], everywhere
+
+
+def heads_divided(settings: dict) -> None:
+    """Refuse, before anything stops or changes, a tensor parallel that vLLM would refuse for the
+    model's attention heads (read from the config.json of the model on this node)."""
+    refusal = heads_refusal(settings["profile_name"], settings["tensor_parallel"], settings["pipeline_parallel"],
+                            host.get_fact(ModelHeads, model_dir=settings["model_dir"]))
+    if refusal:
+        raise OperationError(refusal)
 
 
 def compose(stack_dir: str, *args: str) -> StringCommand:
@@ -237,9 +269,9 @@ def install(stack: Stack, reading: dict, stack_dir: str):
 
 def first_token(state, host, probe: StringCommand, what: str, node_names: list[str]) -> bool:
     """Run the health probe until the head generates a token. When none comes, the step fails
-    saying why: the status table of both nodes (tasks/status.py's: the failing side's rows show
+    saying why: the status table of every node (tasks/status.py's: the failing side's rows show
     the last lines of its container's log), then which rows fail."""
-    from operations.status import pair_status  # it reads the stacks this module makes: imported where it is needed
+    from operations.status import cluster_status  # it reads the stacks this module makes: imported where it is needed
 
     ok, output = host.run_shell_command(probe, _sudo=True)
     reading = api_reading(output.stdout_lines)
@@ -248,7 +280,7 @@ def first_token(state, host, probe: StringCommand, what: str, node_names: list[s
         return True
     for line in output.stderr_lines[-10:]:
         host.log(line, logger.error)
-    checks = pair_status([state.inventory.get_host(name) for name in node_names])
+    checks = cluster_status([state.inventory.get_host(name) for name in node_names])
     click.echo(table.render(checks, "status"))
     waited = f" after {reading['seconds']} s" if "seconds" in reading else ""
     host.log(f"{what}: no token{waited} ({reading['error']}); failing: {table.failure_summary(checks) or 'no row of the status'}",
@@ -257,60 +289,63 @@ def first_token(state, host, probe: StringCommand, what: str, node_names: list[s
 
 
 @operation()
-def head_stopped_for_change(settings: dict, peer_settings: dict):
+def head_stopped_for_change(stacks: list[dict]):
     """
-    On the head: stop its vLLM when either node's stack is about to change or the worker is not
-    running its current one, so the worker restarts with no head waiting on a dead session.
+    On the head: stop its vLLM when any node's stack is about to change or a worker is not
+    running its current one, so the workers restart with no head waiting on a dead session.
+    Refuses first, stopping nothing, a tensor parallel the model's attention heads do not divide.
 
-    + settings, peer_settings: the head's and the worker's stack settings (``stack_settings``)
+    + stacks: every node's stack settings (``stack_settings``), in rank order
 
     **Example:**
 
     .. code:: python
 
-        head_stopped_for_change(settings=stack_settings(host.data), peer_settings=stack_settings(worker.data))
+        head_stopped_for_change(stacks=[stack_settings(cluster, node.hostname) for node in cluster.nodes])
     """
     if not acts_here("head"):
         return
-    peer = reachable_peer()
-    if peer is None:
-        warn_unreachable("restarting the serving pair")
+    settings = own(stacks)
+    heads_divided(settings)
+    readings = read_cluster(stacks, "restarting the serving cluster")
+    if None in readings:
         return
-    mine, theirs = read_both(ServingState, peer, **state_arguments(settings))
-    _, head_ok, worker_ok = pair(settings, peer_settings, mine, theirs)
+    _, everywhere = cluster_stacks(stacks, readings)
+    mine = readings[settings["rank"]]
     running = mine["container"] is not None and mine["container"]["status"] == "running"
-    if head_ok and worker_ok or not running:
+    if everywhere or not running:
         host.noop("the head keeps running" if running else "the head is not running")
         return
     yield compose(settings["stack_dir"], "stop")
 
 
 @operation()
-def stack_up(role: str, settings: dict, peer_settings: dict, ready_timeout: int):
+def stack_up(role: str, stacks: list[dict], ready_timeout: int):
     """
-    Install this node's stack when it changed and start it when it (or the peer's) is not in
-    place: the worker always fresh (``--force-recreate``), the head after it, and then the head
-    waits until a token is generated through the API. The head's API key is made on the first
-    run (a random token, in a file only the deploy user reads; it never leaves the head).
+    Install this node's stack when it changed and start it when any node's is not in place:
+    every worker fresh (``--force-recreate``), the head after them, and then the head waits until
+    a token is generated through the API. The head's API key is made on the first run (a random
+    token, in a file only the deploy user reads; it never leaves the head). A tensor parallel the
+    model's attention heads do not divide is refused before anything is installed.
 
-    + role: the node this step starts ("worker" or "head")
-    + settings, peer_settings: this node's and the peer's stack settings (``stack_settings``)
+    + role: the nodes this step starts ("worker" or "head")
+    + stacks: every node's stack settings (``stack_settings``), in rank order
     + ready_timeout: seconds the head waits for the first token
 
     **Example:**
 
     .. code:: python
 
-        stack_up(role="worker", settings=stack_settings(host.data), peer_settings=stack_settings(peer.data),
+        stack_up(role="worker", stacks=[stack_settings(cluster, node.hostname) for node in cluster.nodes],
                  ready_timeout=1800)
     """
     if not acts_here(role):
         return
-    peer = reachable_peer()
-    if peer is None:
-        warn_unreachable("starting the serving pair")
-    mine, theirs = read_both(ServingState, peer, **state_arguments(settings))
-    stack, mine_ok, theirs_ok = pair(settings, peer_settings, mine, theirs)
+    settings = own(stacks)
+    heads_divided(settings)
+    readings = read_cluster(stacks, "starting the serving cluster")
+    mine = readings[settings["rank"]]
+    stack, everywhere = cluster_stacks(stacks, readings)
     head = settings["role"] == "head"
     files_ok = mine["compose"] == stack.compose.splitlines() and mine["launch"] == stack.launch.splitlines()
     if not files_ok:  # before any other command: pyinfra's check for a change (--dry) stops at the first one
@@ -319,9 +354,9 @@ def stack_up(role: str, settings: dict, peer_settings: dict, ready_timeout: int)
         key = QuoteString(settings["api_key_file"])
         yield StringCommand("umask", "077", "&&", "python3", "-c", QuoteString("import secrets; print(secrets.token_urlsafe(32))"),
                             ">", key, "&&", "chown", QuoteString(f"{settings['deploy_user']}:"), key)
-    if peer is None:
-        return  # a node started without its peer waits at the rendezvous for ever: the next run starts the pair
-    if mine_ok and theirs_ok:
+    if None in readings:
+        return  # a node started without all the others waits at the rendezvous for ever: the next run starts them
+    if everywhere:
         host.noop(f"the {settings['role']} serves profile {settings['profile_name']} (stack {stack.hash})")
         return
     yield compose(settings["stack_dir"], "up", "-d", "--force-recreate", "--remove-orphans")
@@ -330,4 +365,4 @@ def stack_up(role: str, settings: dict, peer_settings: dict, ready_timeout: int)
         probe = StringCommand("python3", QuoteString(settings["health_script"]), "--url", QuoteString(url), "--key-file",
                               QuoteString(settings["api_key_file"]), "--wait", str(int(ready_timeout)))
         yield FunctionCommand(first_token, (probe, f"serving {settings['model']['served_name']} (profile {settings['profile_name']})",
-                                            [host.name, host.data.peer_name]), {})
+                                            [node["hostname"] for node in stacks]), {})

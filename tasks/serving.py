@@ -1,28 +1,30 @@
-"""Serving: the compose stacks of both nodes for the active profile, brought up in the order
-two-node vLLM needs (the head stops first, a fresh worker starts, then the head), and only when
+"""Serving: the compose stacks of every node for the active profile, brought up in the order
+multi-node vLLM needs (the head stops first, fresh workers start, then the head), and only when
 something changed. Ends when the API on the head generates a token.
 
     pyinfra inventory.py tasks/serving.py      # the stacks alone, on converged nodes
 """
 
-from pyinfra import host, inventory
+from pyinfra import host
 
 from operations.serving import head_stopped_for_change, stack_settings, stack_up
 
-mine = stack_settings(host.data)
-theirs = stack_settings(inventory.get_host(host.data.peer_name).data)
+cluster = host.data.cluster
+stacks = [stack_settings(cluster, node.hostname) for node in cluster.nodes]
+ranks = "rank 1" if cluster.size == 2 else f"ranks 1-{cluster.size - 1}"
+parallel = f"tensor parallel {cluster.tensor_parallel} x pipeline parallel {cluster.pipeline_parallel}"
 
 head_stopped_for_change(
-    name=f"Stop the head's vLLM if either stack changes (profile {host.data.profile})",
-    settings=mine, peer_settings=theirs,
+    name=f"Stop the head's vLLM if any node's stack changes (profile {cluster.profile_name})",
+    stacks=stacks,
 )
 
 stack_up(
-    name=f"Start the worker's stack (rank 1, headless), fresh if the pair changed (profile {host.data.profile})",
-    role="worker", settings=mine, peer_settings=theirs, ready_timeout=host.data.serving_ready_timeout,
+    name=f"Start every worker's stack ({ranks}, headless), fresh if the cluster changed (profile {cluster.profile_name})",
+    role="worker", stacks=stacks, ready_timeout=cluster.settings["serving_ready_timeout"],
 )
 
 stack_up(
-    name=f"Start the head's stack (rank 0, the API) and wait for its first token (profile {host.data.profile})",
-    role="head", settings=mine, peer_settings=theirs, ready_timeout=host.data.serving_ready_timeout,
+    name=f"Start the head's stack (rank 0, the API; {parallel}) and wait for its first token (profile {cluster.profile_name})",
+    role="head", stacks=stacks, ready_timeout=cluster.settings["serving_ready_timeout"],
 )

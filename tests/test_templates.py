@@ -68,7 +68,7 @@ def test_compose_is_serialised_so_no_value_becomes_yaml():
     from operations.serving import compose_file, environment
 
     case = json.loads((Path(__file__).parent / "operations/serving.stack_up/head_in_place.json").read_text())
-    settings = case["args"]["settings"]
+    settings = case["args"]["stacks"][0]
     hostile = "1\n    pid: host\n    cap_add: [ALL]\n#"
     settings = {**settings, "container_env": {"X": hostile}, "mounts": ["/opt/a b\n      - /:/host"]}
     text = compose_file(settings, environment(settings, 3), "abc", "def")

@@ -1,0 +1,51 @@
+"""A two-node site written before the cluster model (tests/pair/site.toml) renders every node's
+compose.yaml and launch.sh byte for byte as the pair-only code did (tests/pair/expected/, GID 3 and
+a fixed model digest): an upgrade restarts no pair. A four-node site renders its own."""
+
+from pathlib import Path
+
+import pytest
+
+from operations.serving import desired, stack_settings, vllm_args
+from site_config import load_site
+
+PAIR = Path(__file__).parent / "pair"
+DIGEST = "0123456789ab"
+
+
+@pytest.mark.parametrize("profile", ["adaptive", "fast", "long-c4"])
+def test_the_pair_renders_the_same_stacks(profile):
+    cluster = load_site(PAIR / "site.toml", overrides={"profile": profile})
+    for node in cluster.nodes:
+        stack = desired(stack_settings(cluster, node.hostname), 3, DIGEST)
+        assert stack.compose == (PAIR / "expected" / f"{node.role}.{profile}.compose.yaml").read_text(), node.hostname
+        assert stack.launch == (PAIR / "expected" / f"{node.role}.{profile}.launch.sh").read_text(), node.hostname
+
+
+def four_nodes(tmp_path, parallel: str) -> Path:
+    """The pair's site with two more workers on its subnets, behind a switch."""
+    text = (PAIR / "site.toml").read_text().replace("[settings]\n", '[settings]\ntopology = "switch"\n')
+    for number in (3, 4):
+        text += (f'\n[[node]]\nrole = "worker"\nhostname = "spark-{number}"\nssh_host = "192.168.1.{10 + number}"\n'
+                 f'[[node.rail]]\nnetdev = "enp1s0f1np1"\nrdma = "rocep1s0f1"\naddress = "10.10.0.{number}/24"\n'
+                 f'[[node.rail]]\nnetdev = "enP2p1s0f1np1"\nrdma = "roceP2p1s0f1"\naddress = "10.10.1.{number}/24"\n')
+    text += f"\n[profile.adaptive]\n{parallel}\n"
+    path = tmp_path / "site.toml"
+    path.write_text(text)
+    return path
+
+
+def test_four_nodes_name_every_rank(tmp_path):
+    cluster = load_site(four_nodes(tmp_path, "tensor_parallel = 2\npipeline_parallel = 2"))
+    head, *workers = (desired(stack_settings(cluster, node.hostname), 3, DIGEST) for node in cluster.nodes)
+    assert [node.hostname for node in cluster.nodes] == ["spark-a", "spark-b", "spark-3", "spark-4"]
+    waits = [line for line in head.launch.splitlines() if "wait-for-worker" in line]
+    assert waits == [f"watchdog wait-for-worker --worker-ip 10.10.0.{n} --port 25001 --timeout 600" for n in (2, 3, 4)]
+    assert "# The head of the 4-node vLLM (tensor parallel 2 x pipeline parallel 2, rank 0), profile adaptive." in head.compose
+    assert "# The worker of the 4-node vLLM (tensor parallel 2 x pipeline parallel 2, rank 2, headless)" in workers[1].compose
+    assert "# Started workers first, then head; stopped head first." in workers[1].compose
+    assert "--head-ip 10.10.0.1 " in workers[1].launch and "wait-for-worker" not in workers[1].launch
+    args = vllm_args(stack_settings(cluster, "spark-3"))
+    assert " ".join(args[args.index("--tensor-parallel-size"):][:4]) == "--tensor-parallel-size 2 --pipeline-parallel-size 2"
+    assert " ".join(args[args.index("--nnodes"):][:9]) == "--nnodes 4 --node-rank 2 --master-addr 10.10.0.1 --master-port 25000 --headless"
+    assert len({head.hash, *(worker.hash for worker in workers)}) == 4
