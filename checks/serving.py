@@ -61,10 +61,10 @@ def divides_heads(tensor_parallel: int, heads: int, kv_heads: int) -> bool:
     return kv_heads % tensor_parallel == 0 if kv_heads > tensor_parallel else tensor_parallel % kv_heads == 0
 
 
-def heads_refusal(profile: str, tensor_parallel: int, pipeline_parallel: int, heads: dict | None) -> str | None:
+def heads_refusal(profile: str, tensor_parallel: int, pipeline_parallel: int, heads: dict) -> str | None:
     """Why vLLM would refuse this split of the nodes for the model's head counts (``ModelHeads``),
     with the splits it takes; None when it takes this one or the counts are not known."""
-    if not heads or heads["attention_heads"] is None or heads["kv_heads"] is None:
+    if heads["attention_heads"] is None or heads["kv_heads"] is None:
         return None
     attention, kv = heads["attention_heads"], heads["kv_heads"]
     if divides_heads(tensor_parallel, attention, kv):

@@ -127,39 +127,40 @@ KV_HEAD_KEYS = ("n_head_kv", "num_kv_heads", "num_key_value_heads", "multi_query
 class Heads(TypedDict):
     attention_heads: int | None
     kv_heads: int | None
+    unreadable: list[str]
 
 
-class ModelHeads(FactBase[Heads | None]):
+class ModelHeads(FactBase[Heads]):
     """
     The attention and KV head counts in the ``config.json`` of the model in ``model_dir`` (its
     ``text_config`` where it has one), as vLLM reads them: without a KV count, every attention
-    head is one. None without a config.json; None counts where it does not read.
+    head is one. None counts without a config.json, or where it does not read (its first lines
+    then in ``unreadable``).
 
     .. code:: python
 
-        {"attention_heads": 64, "kv_heads": 8}
+        {"attention_heads": 64, "kv_heads": 8, "unreadable": []}
     """
 
     @staticmethod
-    def default() -> None:
-        return None
+    def default() -> Heads:
+        return {"attention_heads": None, "kv_heads": None, "unreadable": []}
 
     def command(self, model_dir: str) -> StringCommand:
         return StringCommand("cat", QuoteString(f"{model_dir}/config.json"), "2>/dev/null", "||", "true")
 
-    def process(self, output: list[str]) -> Heads | None:
-        text = "\n".join(output).strip()
-        if not text:
-            return None
+    def process(self, output: list[str]) -> Heads:
+        reading = self.default()
         try:
-            config = json.loads(text)
+            config = json.loads("\n".join(output) or "{}")
             config = config.get("text_config") or config
+            heads = count(config.get("num_attention_heads"))
+            kv = next((config[key] for key in KV_HEAD_KEYS if config.get(key) is not None), heads)
         except (ValueError, AttributeError):
-            return {"attention_heads": None, "kv_heads": None}
+            return {**reading, "unreadable": output[:3]}
+        return {**reading, "attention_heads": heads, "kv_heads": count(kv)}
 
-        def count(value) -> int | None:
-            return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
 
-        heads = count(config.get("num_attention_heads"))
-        kv = next((config[key] for key in KV_HEAD_KEYS if config.get(key) is not None), heads)
-        return {"attention_heads": heads, "kv_heads": count(kv)}
+def count(value) -> int | None:
+    """A positive head count, else None."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
