@@ -15,7 +15,8 @@ from pathlib import Path
 import click
 import paramiko
 
-from site_config import Site
+import layout
+from cluster import Cluster
 
 
 @dataclass(frozen=True)
@@ -144,11 +145,11 @@ def forward(client: paramiko.SSHClient, remote_host: str, remote_port: int):
 
 
 
-def head_of(site: Site, accept_new: bool = False) -> paramiko.SSHClient:
-    """An SSH session to the site's head, as the deploy user, with the site's key and known_hosts."""
-    key = str(Path(site.ssh_key).expanduser()) if site.ssh_key else None
-    known = str(Path(site.known_hosts).expanduser()) if site.known_hosts else str(Path("~/.ssh/known_hosts").expanduser())
-    return connect(Target(site.deploy_user, site.nodes["head"].ssh_host, site.ssh_port, key), known, accept_new)
+def head_of(cluster: Cluster, accept_new: bool = False) -> paramiko.SSHClient:
+    """An SSH session to the cluster's head, as the deploy user, with the site's key and known_hosts."""
+    key = str(Path(cluster.ssh_key).expanduser()) if cluster.ssh_key else None
+    known = str(Path(cluster.known_hosts).expanduser()) if cluster.known_hosts else str(Path("~/.ssh/known_hosts").expanduser())
+    return connect(Target(cluster.deploy_user, cluster.head.ssh_host, cluster.ssh_port, key), known, accept_new)
 
 
 def read_secret(client: paramiko.SSHClient, path: str) -> str:
@@ -159,12 +160,12 @@ def read_secret(client: paramiko.SSHClient, path: str) -> str:
     return output.strip()
 
 
-def serving_identity(client: paramiko.SSHClient, state_dir: str) -> dict:
+def serving_identity(client: paramiko.SSHClient, manifest_path: str) -> dict:
     """What the head serves, read there: the running profile, the image ID, the model's source."""
-    _, labels = run(client, "docker inspect -f '{{index .Config.Labels \"dual-spark.profile\"}} {{.Image}}' dual-spark-vllm 2>/dev/null"
-                            " || sudo -n docker inspect -f '{{index .Config.Labels \"dual-spark.profile\"}} {{.Image}}' dual-spark-vllm")
+    inspect = shlex.join(["docker", "inspect", "-f", f'{{{{index .Config.Labels "{layout.LABELS["profile"]}"}}}} {{{{.Image}}}}', layout.CONTAINER])
+    _, labels = run(client, f"{inspect} 2>/dev/null || sudo -n {inspect}")
     words = labels.split()
-    status, manifest = run(client, f"cat {shlex.quote(state_dir)}/model.manifest.json")
+    status, manifest = run(client, f"cat {shlex.quote(manifest_path)}")
     source = json.loads(manifest).get("source", {}) if status == 0 else {}
     return {"profile": words[0] if len(words) == 2 else "unknown", "image_id": words[1] if len(words) == 2 else "unknown",
             "model_revision": source.get("revision") or source.get("path") or "unknown",

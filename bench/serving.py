@@ -35,7 +35,9 @@ from bench.parsers import Metrics, parse_nvidia_smi_csv, parse_prometheus
 from bench.prompts import PUBLISHED_SIZES, Prompt, PromptError, fit_prompt
 from bench.reference import ReferenceError, read_text
 from bench.remote import LineStream, Target, connect, forward, head_of, read_secret, serving_identity
-from site_config import default_settings, load_site
+from cluster import Cluster
+from layout import paths
+from site_config import load_site
 
 SCHEMA_VERSION = 1
 REPO = Path(__file__).resolve().parents[1]
@@ -260,16 +262,16 @@ def served_model(endpoint: Endpoint) -> str:
     return response.json()["data"][0]["id"]
 
 
-def through_site(stack: ExitStack, site_file: Path, accept_new: bool) -> tuple[str, str, dict]:
+def through_site(stack: ExitStack, cluster: Cluster, accept_new: bool) -> tuple[str, str, dict]:
     """The API of a site's head through an SSH tunnel: the local URL, the key (read on the head,
     never printed) and what it serves (profile, image ID, model revision, read on the head)."""
-    site = load_site(site_file)
-    settings = {**default_settings(), **site.settings}
-    client = stack.enter_context(head_of(site, accept_new))
+    settings = cluster.settings
+    where = paths(settings["state_dir"], settings["model_dir"])
+    client = stack.enter_context(head_of(cluster, accept_new))
     port = stack.enter_context(forward(client, settings["api_host"], settings["api_port"]))
-    key = read_secret(client, f"{settings['state_dir']}/api-key")
-    identity = serving_identity(client, settings["state_dir"])
-    click.echo(f"--> {site.nodes['head'].hostname}'s API at {settings['api_host']}:{settings['api_port']}, "
+    key = read_secret(client, where["api_key"])
+    identity = serving_identity(client, where["manifest"])
+    click.echo(f"--> {cluster.head.hostname}'s API at {settings['api_host']}:{settings['api_port']}, "
                f"tunnelled to 127.0.0.1:{port}; profile {identity['profile']}")
     return f"http://127.0.0.1:{port}", key, identity
 
@@ -303,7 +305,7 @@ def main(url, model, api_key_env, api_key_file, site_file, accept_new_host_key, 
     identity = {}
     with ExitStack() as stack:
         if site_file:
-            endpoint.url, endpoint.api_key, identity = through_site(stack, site_file, accept_new_host_key)
+            endpoint.url, endpoint.api_key, identity = through_site(stack, load_site(site_file), accept_new_host_key)
         elif via_ssh:
             parsed = urlparse(endpoint.url)
             client = stack.enter_context(connect(Target.parse(via_ssh, ssh_key), accept_new=accept_new_host_key))

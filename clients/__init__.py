@@ -1,4 +1,4 @@
-"""Client configurations for the two Sparks' API, as pure functions of what the head serves: a
+"""Client configurations for the Sparks' API, as pure functions of what the head serves: a
 Codex CLI provider (the Responses API, a model catalog entry with the served context window,
 compaction before long agent sessions degrade) and Claude Code settings (the Anthropic Messages
 API), both pointing at a local SSH tunnel to the head. The key stays in a file of its own."""
@@ -27,6 +27,11 @@ class Served:
     compact_tokens: int
     profile: str
     head: str
+    nodes: int
+
+
+def sparks(nodes: int) -> str:
+    return f"{'two' if nodes == 2 else nodes} DGX Sparks"
 
 
 def compact_limit(agent_compact_tokens: int, context_window: int) -> int:
@@ -61,7 +66,7 @@ def codex_config(served: Served, base_url: str, catalog_path: str, key_path: str
         f"model_auto_compact_token_limit = {served.compact_tokens}",
         "",
         f"[model_providers.{PROVIDER}]",
-        f"name = {json.dumps(f'{served.model} on two DGX Sparks ({served.head})')}",
+        f"name = {json.dumps(f'{served.model} on {sparks(served.nodes)} ({served.head})')}",
         f"base_url = {json.dumps(base_url + '/v1')}",
         'wire_api = "responses"',
         f"env_key = {json.dumps(KEY_ENV)}",
@@ -74,7 +79,7 @@ def codex_catalog(served: Served) -> dict:
     its window and compaction point instead of falling back to guesses."""
     return {"models": [{
         "slug": served.model, "display_name": served.model,
-        "description": f"Served by two DGX Sparks (profile {served.profile})",
+        "description": f"Served by {sparks(served.nodes)} (profile {served.profile})",
         "supported_reasoning_levels": [], "shell_type": "shell_command", "visibility": "list", "supported_in_api": True,
         "priority": 1, "upgrade": None, "base_instructions": INSTRUCTIONS, "supports_reasoning_summaries": False,
         "support_verbosity": False, "default_verbosity": None, "apply_patch_tool_type": None,

@@ -21,7 +21,7 @@ import requests
 
 from bench.serving import through_site
 from clients import KEY_ENV, Served, claude_settings, codex_catalog, codex_config, compact_limit, tunnel_command
-from site_config import default_settings, load_site, site_path
+from site_config import load_site, site_path
 
 CLAUDE_CODE_MAX_TOKENS = 32000  # what Claude Code 2.1 asks for on every turn
 SAY_OK = [{"role": "user", "content": "Say OK."}]
@@ -86,17 +86,17 @@ def write(path: Path, text: str, mode: int = 0o644) -> None:
 def main(site_file: Path | None, out_dir: str, local_port: int | None, accept_new_host_key: bool) -> None:
     """Write client configurations for the Sparks' API."""
     site_file = site_file or site_path()
-    site = load_site(site_file)
-    settings = {**default_settings(), **site.settings}
+    cluster = load_site(site_file)
+    settings = cluster.settings
     local_port = local_port or settings["api_port"]
     out = Path(out_dir).expanduser().resolve()
     with ExitStack() as stack:
-        url, key, identity = through_site(stack, site_file, accept_new_host_key)
+        url, key, identity = through_site(stack, cluster, accept_new_host_key)
         models = requests.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)
         if models.status_code != 200:
             raise click.ClickException(f"the API answered {models.status_code}; run `pyinfra -y inventory.py tasks/status.py` to see why")
         listed = models.json()["data"][0]
-        profile = site.serving["profiles"].get(identity["profile"])
+        profile = cluster.serving["profiles"].get(identity["profile"])
         if profile is None:
             raise click.ClickException(f"the head runs profile {identity['profile']!r}, which this site file does not define")
         click.echo("--> The endpoints the clients use, with what the agents send:")
@@ -105,13 +105,13 @@ def main(site_file: Path | None, out_dir: str, local_port: int | None, accept_ne
         raise click.ClickException("the served endpoint cannot take the agents' requests, no file written:\n  "
                                    + "\n  ".join(failures))
 
-    head = site.nodes["head"]
+    head = cluster.head
     served = Served(listed["id"], listed["max_model_len"], compact_limit(profile["agent_compact_tokens"], listed["max_model_len"]),
-                    identity["profile"], head.hostname)
+                    identity["profile"], head.hostname, cluster.size)
     base_url = f"http://127.0.0.1:{local_port}"
-    tunnel = tunnel_command(local_port, settings["api_host"], settings["api_port"], site.deploy_user, head.ssh_host, site.ssh_port,
-                            str(Path(site.ssh_key).expanduser()) if site.ssh_key else None,
-                            str(Path(site.known_hosts).expanduser()) if site.known_hosts else None)
+    tunnel = tunnel_command(local_port, settings["api_host"], settings["api_port"], cluster.deploy_user, head.ssh_host, cluster.ssh_port,
+                            str(Path(cluster.ssh_key).expanduser()) if cluster.ssh_key else None,
+                            str(Path(cluster.known_hosts).expanduser()) if cluster.known_hosts else None)
     key_path, catalog = out / "api-key", out / "codex" / "model-catalog.json"
     write(key_path, key + "\n", 0o600)
     write(catalog, json.dumps(codex_catalog(served), indent=2) + "\n")

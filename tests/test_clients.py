@@ -7,7 +7,7 @@ import tomllib
 
 from clients import Served, claude_settings, codex_catalog, codex_config, compact_limit, tunnel_command
 
-SERVED = Served("deepseek-v4-flash", 1048576, 110000, "long-c4", "spark-a")
+SERVED = Served("deepseek-v4-flash", 1048576, 110000, "long-c4", "spark-a", 2)
 KEY_PATH = "/home/me/.dual-spark/clients/api-key"
 # The ModelInfo fields Codex requires in a catalog entry (codex-rs/protocol/src/openai_models.rs).
 REQUIRED = {"slug", "display_name", "supported_reasoning_levels", "shell_type", "visibility", "supported_in_api", "priority",
@@ -24,6 +24,13 @@ def test_codex_config_points_at_the_tunnel_with_the_responses_api():
     assert config["model_providers"]["dual-spark"] == {
         "name": "deepseek-v4-flash on two DGX Sparks (spark-a)", "base_url": "http://127.0.0.1:8888/v1",
         "wire_api": "responses", "env_key": "DUAL_SPARK_API_KEY"}
+
+
+def test_a_larger_cluster_is_named_with_its_size():
+    served = Served("deepseek-v4-flash", 1048576, 110000, "long-c4", "spark-1", 4)
+    config = tomllib.loads(codex_config(served, "http://127.0.0.1:8888", "/home/me/catalog.json", KEY_PATH, "ssh"))
+    assert config["model_providers"]["dual-spark"]["name"] == "deepseek-v4-flash on 4 DGX Sparks (spark-1)"
+    assert codex_catalog(served)["models"][0]["description"] == "Served by 4 DGX Sparks (profile long-c4)"
 
 
 def test_a_path_with_quotes_stays_one_toml_string():
