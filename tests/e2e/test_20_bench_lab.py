@@ -31,14 +31,15 @@ def test_fabric_benchmark_measures_what_the_lab_has(converged, tmp_path):
     assert result.returncode == 0, result.stdout + result.stderr
     [raw] = tmp_path.glob("fabric-*.json")
     record = json.loads(raw.read_text())
-    assert [rail["head"] for rail in record["rails"]] == ["enp1s0f0np0", "enP2p1s0f0np0"]
+    assert record["pair"] == [NODES["head"].hostname, NODES["worker"].hostname]  # the head and rank 1 by default
+    assert [rail["netdevs"][0] for rail in record["rails"]] == ["enp1s0f0np0", "enP2p1s0f0np0"]
     for rail in record["rails"]:
         assert rail["ping"]["size"] == 8972 and rail["ping"]["received"] == rail["ping"]["sent"] == 5
         assert rail["iperf3_forward"]["received_gbps"] > 0 and rail["iperf3_forward"]["reverse"] is False
         assert rail["iperf3_reverse"]["received_gbps"] > 0 and rail["iperf3_reverse"]["reverse"] is True
         # The lab has the RDMA sysfs tree but no verbs device: perftest says so, and so does the record.
         assert rail["ib_write_bw"]["error"].startswith("no result table")
-    assert "all_reduce_perf is not on the head's PATH" in record["nccl_all_reduce"]["skipped"]
+    assert f"all_reduce_perf is not on {NODES['head'].hostname}'s PATH" in record["nccl_all_reduce"]["skipped"]
     kept = {path.name for path in Path(record["raw_output_dir"]).iterdir()}
     assert {"ping-rail0.txt", "iperf3-rail1-reverse.txt", "ib_write_bw-rail0.txt"} <= kept
 
