@@ -1,5 +1,5 @@
-"""Rules for `tasks/status.py`: the serving pair at a glance. Each bad row names the fix; the
-side that fails shows the last lines of its log."""
+"""Rules for `tasks/status.py`: the serving cluster at a glance. Each bad row names the fix; the
+node that fails shows the last lines of its log."""
 
 from __future__ import annotations
 
@@ -11,16 +11,19 @@ from checks.node import NVML_FIXES
 
 LOGS = "docker logs --tail 100 dual-spark-vllm"
 UP = ("serving", "busy", "joined")  # the watchdog states of a side that serves
-HEALS = "the watchdogs restart the pair on their own (worker first); if it persists, run the deploy"
+HEALS = "the watchdogs restart the cluster on their own (workers first); if it persists, run the deploy"
 
 
-def status_checks(name: str, data, mine: dict, peer_name: str, peer: dict | None) -> list[Check]:
-    """One node's rows; ``peer`` is the other node's reading (None when it does not answer)."""
-    head, worker = (mine, peer) if data.role == "head" else (peer, mine)
+def status_checks(name: str, data, readings: dict[str, dict | None]) -> list[Check]:
+    """One node's rows; ``readings`` every node's reading by name in rank order, the head first
+    (None for a node that does not answer)."""
+    mine = readings[name]
+    head = next(iter(readings.values()))
     generating = bool(head and (head["api"] or {}).get("ok"))  # then a watchdog still "waiting" has not looked yet
-    checks = [container_row(name, mine, generating), watchdog_row(name, data.role, mine, head, worker, generating)]
+    checks = [container_row(name, mine, generating), watchdog_row(name, data.role, mine, head, generating)]
     if data.role == "head":
-        checks += api_rows(name, mine, worker, peer_name, data.profiles[mine_profile(mine, data)])
+        workers = {other: reading for other, reading in readings.items() if other != name}
+        checks += api_rows(name, mine, workers, data.profiles[mine_profile(mine, data)])
     checks.append(memory_row(name, mine["memory"]))
     configured = {rail["netdev"] for rail in data.rails}
     rdma = mine["rdma"]["devices"]
@@ -61,12 +64,12 @@ def uptime(since: str, now: str | None) -> str:
 def container_row(name: str, reading: dict, generating: bool) -> Check:
     container = reading["container"]
     if container is None:
-        return Check(name, "vLLM container", FAIL, "none", "run the deploy: it starts the worker, then the head")
+        return Check(name, "vLLM container", FAIL, "none", "run the deploy: it starts the workers, then the head")
     restarts = f"{container['restarts']} restart{'s' * (container['restarts'] != 1)}"
     what = f"image {container['image'][:19]}, profile {container['profile']}, {restarts}"
     if container["status"] != "running":
         remedy = HEALS if container["status"] == "restarting" else \
-            "it was stopped, so Docker leaves it (it restarts only what failed): run the deploy, which starts worker then head"
+            "it was stopped, so Docker leaves it (it restarts only what failed): run the deploy, which starts the workers, then the head"
         return Check(name, "vLLM container", FAIL, f"{container['status']} (exit code {container['exit_code']}, "
                      f"at {container['finished'][:19]}Z), {what}", f"`{LOGS}` on {name}; {remedy}", tuple(reading["log"]))
     health = container["health"] or "no health check"
@@ -77,7 +80,7 @@ def container_row(name: str, reading: dict, generating: bool) -> Check:
     return Check(name, "vLLM container", WARN if health == "starting" and not (joined or generating) else PASS, detail)
 
 
-def watchdog_row(name: str, role: str, reading: dict, head: dict | None, worker: dict | None, generating: bool) -> Check:
+def watchdog_row(name: str, role: str, reading: dict, head: dict | None, generating: bool) -> Check:
     live, starts = reading["watchdog"]["live"], reading["watchdog"]["starts"] or {}
     log = tuple(reading["log"])
     failed = starts.get("failed_starts", 0)
@@ -96,15 +99,15 @@ def watchdog_row(name: str, role: str, reading: dict, head: dict | None, worker:
             return Check(name, "watchdog", PASS, detail + ": its probe waited behind a long request, and the engine works")
         if live["state"] == "failing":
             return Check(name, "watchdog", FAIL, detail + ": its last token probe failed; a second failure restarts the head",
-                         "see the worker's rows: the head fails when the worker is gone", log)
+                         "see the workers' rows: the head fails when a worker is gone", log)
         if generating:
             return Check(name, "watchdog", PASS, detail + ": the API already generates; its first probe is due")
-        return Check(name, "watchdog", WARN, detail + ": vLLM is starting (or waits for a fresh worker)",
+        return Check(name, "watchdog", WARN, detail + ": vLLM is starting (or waits for every worker to be fresh)",
                      "wait for the first token; the API row says when it serves")
     head_live = (head or {}).get("watchdog", {}).get("live")
     if live["state"] != "joined":
         if generating:
-            return Check(name, "watchdog", PASS, f"{live['state']}: the pair already generates; it records the session within seconds")
+            return Check(name, "watchdog", PASS, f"{live['state']}: the cluster already generates; it records the session within seconds")
         return Check(name, "watchdog", WARN, f"{live['state']}: not yet part of a head session",
                      "it joins when the head starts vLLM; see the head's rows")
     if head_live and head_live["session"] != live["joined"]:
@@ -114,14 +117,14 @@ def watchdog_row(name: str, role: str, reading: dict, head: dict | None, worker:
                  + ("" if head_live else " (the head's watchdog was not read)"))
 
 
-def api_rows(name: str, head: dict, worker: dict | None, worker_name: str, profile: dict) -> list[Check]:
+def api_rows(name: str, head: dict, workers: dict[str, dict | None], profile: dict) -> list[Check]:
     api = head["api"] or {"ok": False, "error": "no probe ran", "metrics": None}
     metrics = api.get("metrics") or {}
     if api["ok"]:
         load = f", {metrics['running']} running / {metrics['waiting']} waiting" if metrics.get("running") is not None else ""
         checks = [Check(name, "API", PASS, f"generates tokens as {api['model']}, max model len {api['max_model_len']}{load}")]
     else:
-        checks = [Check(name, "API", FAIL, api.get("error") or "no token generated", failing_side(head, worker, worker_name))]
+        checks = [Check(name, "API", FAIL, api.get("error") or "no token generated", failing_side(head, workers))]
     spec = metrics.get("spec")
     if not profile["speculative_tokens"]:
         checks.append(Check(name, "speculative decoding", PASS, "off in this profile"))
@@ -138,22 +141,30 @@ def api_rows(name: str, head: dict, worker: dict | None, worker_name: str, profi
     return checks
 
 
-def failing_side(head: dict, worker: dict | None, worker_name: str) -> str:
-    """Which side to look at when the head generates nothing."""
+def failing_side(head: dict, workers: dict[str, dict | None]) -> str:
+    """Which node to look at when the head generates nothing: the workers that do not answer,
+    then those whose container is down, in rank order."""
     def down(reading: dict | None) -> bool:
         return reading is None or reading["container"] is None or reading["container"]["status"] != "running"
 
-    if worker is None:
-        return f"{worker_name} does not answer over SSH: power it on; " + HEALS
-    if down(worker):
-        return f"the worker's container is down: see {worker_name}'s rows"
+    def names(found: list[str]) -> str:
+        return ", ".join(found)
+
+    if gone := [name for name, reading in workers.items() if reading is None]:
+        them = "it" if len(gone) == 1 else "them"
+        return f"{names(gone)} {'does' if len(gone) == 1 else 'do'} not answer over SSH: power {them} on; " + HEALS
+    if stopped := [name for name, reading in workers.items() if down(reading)]:
+        if len(stopped) == 1:
+            return f"the worker's container is down: see {stopped[0]}'s rows"
+        return f"the containers of workers {names(stopped)} are down: see their rows"
     if down(head):
         return "the head's container is down: see its rows"
     live = head["watchdog"]["live"] or {}
     if live.get("state") == "waiting":
-        return (f"the pair is starting (the head's container {uptime(head['container']['started'], head['now'])}): "
+        return (f"the cluster is starting (the head's container {uptime(head['container']['started'], head['now'])}): "
                 "it serves once vLLM has loaded; run the status again in a minute")
-    return f"both containers run: `{LOGS}` on both nodes says why; " + HEALS
+    every = "both" if len(workers) == 1 else "all"
+    return f"{every} containers run: `{LOGS}` on {every} nodes says why; " + HEALS
 
 
 def memory_row(name: str, memory: dict) -> Check:

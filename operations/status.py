@@ -1,4 +1,4 @@
-"""Status: the serving pair at a glance, read from both nodes at once; changes nothing."""
+"""Status: the serving cluster at a glance, read from every node at once; changes nothing."""
 
 from __future__ import annotations
 
@@ -27,27 +27,27 @@ def read_status(node) -> dict | None:
                          state_file=f"{where['serving']}/{data.role}-starts", log_lines=LOG_LINES, api=api)
 
 
-def pair_status(nodes: list) -> list[Check]:
-    """The status rows of both nodes (read at the same time)."""
+def cluster_status(nodes: list) -> list[Check]:
+    """The status rows of every node, in rank order (all read at the same time)."""
     return all_checks(nodes, read_status, status_checks)
 
 
 @operation()
 def status(node_names: list[str]):
     """
-    Print one table of the serving pair: per node its vLLM container (state, uptime, restarts,
-    image, profile), its watchdog, memory and rails; the head's API (a generated token, the
-    served model, its max model len) and speculative-decoding acceptance since the start.
-    A failing side shows the last lines of its log; any FAIL fails the run. Changes nothing.
+    Print one table of the serving cluster: per node its vLLM container (state, uptime,
+    restarts, image, profile), its watchdog, memory and rails; the head's API (a generated token,
+    the served model, its max model len) and speculative-decoding acceptance since the start.
+    A failing node shows the last lines of its log; any FAIL fails the run. Changes nothing.
 
-    + node_names: the inventory names of both nodes
+    + node_names: the inventory names of every node, in rank order
 
     **Example:**
 
     .. code:: python
 
-        status(node_names=["spark-head", "spark-worker"])
+        status(node_names=["spark-1", "spark-2", "spark-3", "spark-4"])
     """
     if reports_here():
         nodes = [inventory.get_host(name) for name in node_names]
-        yield from report(pair_status(nodes), "status", "the pair serves")
+        yield from report(cluster_status(nodes), "status", "the cluster serves")

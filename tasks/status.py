@@ -1,10 +1,10 @@
-"""The serving pair at a glance; changes nothing:
+"""The serving cluster at a glance; changes nothing:
 
     pyinfra -y inventory.py tasks/status.py
 
 One table: each node's vLLM container (state, uptime, restarts, image, profile), its watchdog,
-GPU memory and rails; the head's API and speculative-decoding acceptance. A bad row names the
-fix, and a failing side shows the last lines of its log. Exits non-zero on any FAIL.
+GPU memory and rails, in rank order; the head's API and speculative-decoding acceptance. A bad
+row names the fix, and a failing node shows the last lines of its log. Exits non-zero on any FAIL.
 """
 
 from pyinfra import host
@@ -12,6 +12,6 @@ from pyinfra import host
 from operations.status import status
 
 status(
-    name="Status of the serving pair",
-    node_names=[host.name, host.data.peer_name],
+    name="Status of the serving cluster",
+    node_names=[node.hostname for node in host.data.cluster.nodes],
 )

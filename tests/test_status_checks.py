@@ -6,10 +6,10 @@ from types import SimpleNamespace
 from checks import FAIL, PASS, WARN
 from checks.status import status_checks, uptime
 from checks.table import render
-from tests.test_checks import PEER_RAILS, RAILS, healthy, ok
+from tests.test_checks import RAILS, healthy, ok
 
 PROFILES = {"adaptive": {"speculative_tokens": 3}, "fast": {"speculative_tokens": 0}}
-HEAD = SimpleNamespace(role="head", rails=RAILS, peer_rails=PEER_RAILS, fabric_mtu=9000, expected_link_speed_mbps=200000,
+HEAD = SimpleNamespace(role="head", rails=RAILS, fabric_mtu=9000, expected_link_speed_mbps=200000,
                        profile="adaptive", profiles=PROFILES)
 WORKER = SimpleNamespace(**{**vars(HEAD), "role": "worker"})
 SESSION = "9f2c41d0" + "0" * 24
@@ -35,10 +35,12 @@ def reading(role: str, state: str = "running", health: str = "healthy", live: di
     return {**value, **changes}
 
 
-def rows(head: dict, worker: dict | None) -> dict:
-    checks = status_checks("spark-head", HEAD, head, "spark-worker", worker)
-    if worker is not None:
-        checks += status_checks("spark-worker", WORKER, worker, "spark-head", head)
+def rows(head: dict, *workers: dict | None) -> dict:
+    """Every answering node's rows by (node, item): the head, then spark-worker, spark-3, ..."""
+    names = ["spark-head", "spark-worker", *(f"spark-{rank + 1}" for rank in range(2, len(workers) + 1))]
+    readings = dict(zip(names, (head, *workers)))
+    checks = [check for name, reading in readings.items() if reading is not None
+              for check in status_checks(name, HEAD if name == "spark-head" else WORKER, readings)]
     return {(c.node, c.item): c for c in checks}
 
 
@@ -64,7 +66,7 @@ def test_a_dead_worker_is_named_as_the_failing_side_with_its_log():
     found = rows(head, worker)
     assert found["spark-head", "API"].status == FAIL
     assert found["spark-head", "API"].fix == "the worker's container is down: see spark-worker's rows"
-    assert "the watchdogs restart the pair on their own" in found["spark-worker", "vLLM container"].fix
+    assert "the watchdogs restart the cluster on their own" in found["spark-worker", "vLLM container"].fix
     dead = found["spark-worker", "vLLM container"]
     assert dead.status == FAIL and "restarting (exit code 137" in dead.detail and dead.lines == tuple(LOG)
     assert found["spark-worker", "watchdog"].status == FAIL and "3 time(s) in a row" in found["spark-worker", "watchdog"].detail
@@ -76,7 +78,7 @@ def test_a_dead_worker_is_named_as_the_failing_side_with_its_log():
 def test_a_stopped_container_is_left_by_docker_and_the_fix_says_deploy():
     worker = reading("worker", state="exited", watchdog=ok(live=None, starts=None))
     check = rows(reading("head"), worker)["spark-worker", "vLLM container"]
-    assert check.status == FAIL and "run the deploy, which starts worker then head" in check.fix
+    assert check.status == FAIL and "run the deploy, which starts the workers, then the head" in check.fix
 
 
 def test_a_worker_left_in_an_old_session_fails_until_it_rejoins():
@@ -118,3 +120,22 @@ def test_a_busy_head_passes():
     head = reading("head", live={"role": "head", "session": SESSION, "state": "busy", "joined": None})
     check = rows(head, reading("worker"))["spark-head", "watchdog"]
     assert check.status == PASS and "waited behind a long request" in check.detail
+
+
+def test_four_nodes_list_every_node_in_rank_order_and_name_the_failing_workers():
+    dead = reading("worker", state="exited", watchdog=ok(live=None, starts=None))
+    head = reading("head", api={"ok": False, "model": None, "max_model_len": None, "error": "generating one token failed with 500",
+                                "metrics": None})
+    found = rows(head, reading("worker"), dead, dead)
+    assert list(dict.fromkeys(node for node, _ in found)) == ["spark-head", "spark-worker", "spark-3", "spark-4"]
+    assert found["spark-head", "API"].fix == "the containers of workers spark-3, spark-4 are down: see their rows"
+    assert found["spark-worker", "watchdog"].status == PASS and found["spark-3", "vLLM container"].status == FAIL
+    assert "spark-3 does not answer over SSH: power it on" in rows(head, reading("worker"), None, dead)["spark-head", "API"].fix
+    assert "spark-3, spark-4 do not answer over SSH: power them on" in rows(head, reading("worker"), None, None)["spark-head", "API"].fix
+
+
+def test_a_worker_of_four_in_an_old_session_fails_alone():
+    old = reading("worker", live={"role": "worker", "session": "77" * 16, "state": "joined", "joined": "0ld5e55" + "0" * 25})
+    found = rows(reading("head"), reading("worker"), reading("worker"), old)
+    assert found["spark-4", "watchdog"].status == FAIL and "but the head runs 9f2c41d0" in found["spark-4", "watchdog"].detail
+    assert [node for (node, item), check in found.items() if check.status != PASS] == ["spark-4"]
