@@ -1,6 +1,8 @@
 """The serving watchdog (files/serving/watchdog.py) as it runs beside vLLM: the real program
 against stand-ins for what it watches (an API that generates or not, whose token counters move
-or not; a head's status endpoint), ending a stand-in for vLLM (a sleeping process)."""
+or not; a head's status endpoint; workers' status endpoints), ending a stand-in for vLLM (a
+sleeping process). With several workers, each runs its own watchdog and launch.sh waits for each
+worker in turn (templates/serving/launch.sh.j2)."""
 
 import json
 import socket
@@ -166,32 +168,85 @@ def test_the_worker_leaves_a_head_session_that_is_gone(vllm, tmp_path):
         head.server.shutdown()
 
 
+class FakeWorker:
+    """A worker watchdog's status endpoint on ``address``, whose state can change."""
+
+    def __init__(self, address: str, port: int, state: str = "joined"):
+        self.state = state
+        worker = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def log_message(self, *args):
+                pass
+
+            def do_GET(self):
+                data = json.dumps({"role": "worker", "session": "c" * 32, "state": worker.state, "joined": None}).encode()
+                self.send_response(200)
+                self.send_header("Content-Length", str(len(data)))
+                self.end_headers()
+                self.wfile.write(data)
+
+        self.server = ThreadingHTTPServer((address, port), Handler)
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+
 def test_a_head_waits_for_a_fresh_worker_only(tmp_path):
     """wait-for-worker returns once the worker says it is waiting (a fresh start)."""
     port = free_port()
-
-    class Worker(BaseHTTPRequestHandler):
-        state = "joined"
-
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            data = json.dumps({"role": "worker", "session": "c" * 32, "state": Worker.state, "joined": None}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    server = ThreadingHTTPServer(("127.0.0.2", port), Worker)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    worker = FakeWorker("127.0.0.2", port)
     process = watchdog("wait-for-worker", "--worker-ip", "127.0.0.2", "--port", str(port), "--timeout", "60")
     try:
         time.sleep(3)
         assert process.poll() is None, "the head started vLLM with the worker still in an old session"
-        Worker.state = "waiting"
+        worker.state = "waiting"
         process.wait(timeout=10)
         assert "the worker is waiting: starting vLLM" in process.stderr.read()
     finally:
         process.kill()
-        server.shutdown()
+        worker.server.shutdown()
+
+
+def test_a_head_waits_for_every_worker_as_its_launch_script_does(tmp_path):
+    """The head's launch.sh runs wait-for-worker for each worker in rank order: vLLM starts only
+    when both are fresh, whichever was last."""
+    port = free_port()
+    workers = [FakeWorker("127.0.0.2", port, "waiting"), FakeWorker("127.0.0.3", port)]
+    waits = "; ".join(f"{sys.executable} {PROGRAM} wait-for-worker --worker-ip 127.0.0.{n} --port {port} --timeout 60"
+                      for n in (2, 3))
+    process = subprocess.Popen(["sh", "-c", f"set -e; {waits}; echo started vLLM >&2"], stderr=subprocess.PIPE, text=True)
+    try:
+        time.sleep(4)
+        assert process.poll() is None, "the head started vLLM with its second worker still in an old session"
+        workers[1].state = "waiting"
+        process.wait(timeout=10)
+        assert process.stderr.read().count("the worker is waiting: starting vLLM") == 2
+    finally:
+        process.kill()
+        for worker in workers:
+            worker.server.shutdown()
+
+
+def test_every_worker_leaves_a_head_session_that_is_gone(tmp_path):
+    """Two workers join the head's session; a new head session ends both their vLLMs."""
+    port = free_port()
+    head = FakeHead(port)
+    link = socket.create_connection(("127.0.0.2", port))  # the ranks' connection to the head
+    sleepers = [subprocess.Popen(["sleep", "300"]) for _ in range(2)]
+    processes = [watchdog("worker", "--ip", f"127.0.0.{n}", "--head-ip", "127.0.0.2", "--port", str(port),
+                          "--pid", str(sleeper.pid), "--interval", "0.2", "--state", str(tmp_path / f"worker-{n}-starts"))
+                 for n, sleeper in zip((3, 4), sleepers)]
+    try:
+        for n in (3, 4):
+            assert wait_for(lambda n=n: (state_of(port, f"127.0.0.{n}") or {}).get("joined") == head.session)
+        head.session = "b" * 32
+        assert wait_for(lambda: all(sleeper.poll() is not None for sleeper in sleepers)), "a worker stayed in a session that is gone"
+        for process in processes:
+            process.wait(timeout=10)
+            assert "the head runs a new session bbbbbbbb (this worker joined aaaaaaaa)" in process.stderr.read()
+    finally:
+        link.close()
+        for process, sleeper in zip(processes, sleepers):
+            process.kill()
+            sleeper.kill()
+            sleeper.wait()
+        head.server.shutdown()
