@@ -1,6 +1,7 @@
-"""Operations for the runtime artifacts both Sparks need before serving: the runtime image,
-obtained once on the head and streamed to the worker, and the model, fetched once on the head,
-hashed, and replicated to the worker over the fabric."""
+"""Operations for the runtime artifacts every Spark needs before serving: the runtime image,
+obtained once on the head, and the model, fetched once on the head and hashed; both passed down
+a chain through the ranks over the fabric (rank r sends to rank r+1 what it lacks, once r has it
+right), so that no link carries them twice."""
 
 from __future__ import annotations
 
@@ -10,33 +11,19 @@ import json
 import posixpath
 import shlex
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
 
 from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringCommand, operation
 
+from cluster import Cluster, Node
 from facts.runtime import ImageState, ModelState, token_path
-from operations.peer import acts_here, reachable_peer, read_both, warn_unreachable
+from layout import FABRIC_CIPHER, SSH_OPTIONS, paths
+from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from serving_data import model_source
 
-SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
 PROGRESS_EVERY = 10  # seconds between the progress lines of a long step
-
-
-def paths(state_dir: str, model_dir: str) -> dict[str, str]:
-    """Where the runtime's files live on a node."""
-    return {
-        "bin": f"{state_dir}/bin",
-        "model_sync": f"{state_dir}/bin/model_sync.py",
-        "fetch_model": f"{state_dir}/bin/fetch_model.py",
-        "progress": f"{state_dir}/bin/progress.py",
-        "health": f"{state_dir}/bin/health.py",
-        "watchdog": f"{state_dir}/bin/watchdog.py",
-        "serving": f"{state_dir}/serving",  # the watchdogs' backoff records
-        "manifest": f"{state_dir}/model.manifest.json",
-        "verified": f"{model_dir}/.dual-spark-verified.json",
-        "smoke": f"{state_dir}/runtime",
-    }
 
 
 def smoke_marker(state_dir: str, tag: str) -> str:
@@ -81,15 +68,15 @@ def build_context(directory: str) -> io.BytesIO:
     return data
 
 
-def on_worker(peer_rails: list[dict], user: str, body: str) -> StringCommand:
-    """Shell that runs ``body`` with `w CMD` meaning "run CMD on the worker", over the first fabric
-    rail the worker answers on, saying which rails it skipped."""
+def on_node(rails: list[dict], user: str, body: str) -> StringCommand:
+    """Shell that runs ``body`` with `w CMD` meaning "run CMD on that node" (a worker, the one whose
+    ``rails`` these are), over the first fabric rail it answers on, saying which rails it skipped."""
     ssh = f"sudo -n -u {shlex.quote(user)} ssh {' '.join(SSH_OPTIONS)}"
     script = []
-    for rail in peer_rails:
+    for rail in rails:
         target = shlex.quote(f"{user}@{rail['address']}")
         script.append(
-            f"if {ssh} {target} true 2>/dev/null; then w() {{ {ssh} -c aes128-gcm@openssh.com {target} \"$@\"; }}; "
+            f"if {ssh} {target} true 2>/dev/null; then w() {{ {ssh} -c {FABRIC_CIPHER} {target} \"$@\"; }}; "
             f"{body}; exit $?; fi; echo 'the worker does not answer over SSH at {rail['address']}: trying the next rail' >&2;"
         )
     script.append("echo 'the worker answers on no fabric rail: run pyinfra inventory.py tasks/verify.py' >&2; exit 1")
@@ -118,18 +105,53 @@ def watched(progress: str, what: str, *command) -> FunctionCommand:
                                                     "--", *command),), {})
 
 
+def every_node(cluster: Cluster) -> str:
+    return "both nodes" if cluster.size == 2 else f"all {cluster.size} nodes"
+
+
+def down_the_chain(cluster: Cluster, readings: dict[str, dict | None], done: Callable[[Node, dict], bool],
+                   step: str) -> list[Node]:
+    """The workers this run sends to, in rank order, each from its upstream (``cluster.upstream``):
+    those that answer and lack it (``done`` says not), and whose upstream has it by then (the head
+    does; a worker did already, or gets it earlier in this run). A worker that does not answer is
+    warned about, and each one after it that lacks it and gets it through it waits for the next run."""
+    receivers, holding = [], {cluster.head.hostname}
+    for node in cluster.workers:
+        upstream = cluster.upstream(node)
+        reading = readings[node.hostname]
+        if reading is None:
+            warn_unreachable(step, node.hostname)
+        elif done(node, reading):
+            holding.add(node.hostname)
+        elif upstream.hostname in holding:
+            receivers.append(node)
+            holding.add(node.hostname)
+        else:
+            logger.warning(f"{host.print_prefix}{step} to {node.hostname} waits: it comes from {upstream.hostname}, "
+                           "which does not have it in this run; left for the next run.")
+    return receivers
+
+
+def from_upstream(sender: Node, user: str, command: StringCommand) -> StringCommand:
+    """``command``, written to run on the head, run on ``sender`` instead: as it is on the head;
+    on a worker, over SSH from the head (the deploy user, the first of the worker's rails that answers)."""
+    if sender.rank == 0:
+        return command
+    return on_node(sender.rail_data, user, "w " + shlex.quote(command.get_raw_value()))
+
+
 @operation()
-def runtime_image(image_name: str, image: dict, user: str, peer_rails: list[dict], state_dir: str, container: dict):
+def runtime_image(image_name: str, image: dict, user: str, state_dir: str, container: dict):
     """
     On the head: obtain the runtime image once (pull by digest, or build from its directory
-    here) and smoke-test it (`import vllm` in a throwaway container); stream it to the worker
-    over the fabric (`docker save | ssh worker docker load`) only when the worker lacks that
-    image ID, check the IDs match, and smoke-test it there. Both nodes know it by one local tag.
+    here) and smoke-test it (`import vllm` in a throwaway container); then pass it down the chain
+    of ranks over the fabric: rank r streams it to rank r+1 (`docker save | ssh docker load`) only
+    when r+1 lacks that image ID, the IDs are compared and it is smoke-tested there, before r+1
+    sends it on. Every node knows it by one local tag; the head drives every hop.
 
     + image_name: the image's name in the serving data
     + image: its spec (``tag``, and ``ref`` or ``build``, ``python``)
-    + user: the deploy user (SSH to the worker as this user)
-    + peer_rails: the worker's rails (``address`` of each), tried in order
+    + user: the deploy user (SSH from node to node as this user)
     + state_dir: where the smoke-test markers live
     + container: the site's container settings (``mounts``, ``env``)
 
@@ -138,15 +160,16 @@ def runtime_image(image_name: str, image: dict, user: str, peer_rails: list[dict
     .. code:: python
 
         runtime_image(image_name="tony-overlay", image=host.data.images["tony-overlay"], user="spark",
-                      peer_rails=host.data.peer_rails, state_dir="/var/lib/dual-spark", container=...)
+                      state_dir="/var/lib/dual-spark", container=...)
     """
     if not acts_here("head"):
         return
+    cluster: Cluster = host.data.cluster
     tag = image["tag"]
     marker = smoke_marker(state_dir, tag)
     progress = paths(state_dir, "")["progress"]
-    peer = reachable_peer()
-    mine, theirs = read_both(ImageState, peer, tag=tag, marker=marker)
+    mine, *theirs = read_all(ImageState, [reachable(node.hostname) for node in cluster.workers], tag=tag, marker=marker)
+    readings = {node.hostname: reading for node, reading in zip(cluster.workers, theirs)}
     if mine["id"] is None:
         if "ref" in image:
             host.log(f"will pull {image['ref']}", logger.info)
@@ -165,41 +188,49 @@ def runtime_image(image_name: str, image: dict, user: str, peer_rails: list[dict
             yield StringCommand("rm", "-rf", QuoteString(context), QuoteString(upload))
     if mine["id"] is None or mine["smoke_tested"] != mine["id"]:
         yield smoke_test(tag, image, container, marker)
-    if peer is None:
-        warn_unreachable("sending the runtime image to the worker")
-        return
+    receivers = down_the_chain(cluster, readings, lambda node, reading: mine["id"] is not None and reading["id"] == mine["id"],
+                               "sending the runtime image")
     remote_smoke = "w " + shlex.quote("sudo -n sh -c " + shlex.quote(smoke_test(tag, image, container, marker).get_raw_value()))
-    if mine["id"] is None or theirs["id"] != mine["id"]:
-        size = f" ({gib(mine['size'])})" if mine["size"] else ""
-        host.log(f"will stream {tag}{size} to {peer.name}", logger.info)
-        meter = (f"python3 {shlex.quote(progress)} pipe --what {shlex.quote(f'streaming {tag} to {peer.name}')} "
-                 f"--total \"$(docker image inspect -f '{{{{.Size}}}}' {shlex.quote(tag)})\" --fd 3")
-        yield FunctionCommand(streamed, (on_worker(peer_rails, user, (
-            f"{{ docker save {shlex.quote(tag)} | {meter} | w sudo -n docker load >/dev/null; }} 3>&1 && "
-            f"test \"$({image_id_of(tag)})\" = \"$(w {shlex.quote('sudo -n ' + image_id_of(tag))})\" && {remote_smoke}"
-        )),), {})
-    elif theirs["smoke_tested"] != theirs["id"]:
-        yield on_worker(peer_rails, user, remote_smoke)
-    elif mine["smoke_tested"] == mine["id"]:
-        host.noop(f"{tag} ({mine['id'][:19]}) on both nodes, smoke-tested")
+    size = f" ({gib(mine['size'])})" if mine["size"] else ""
+    for node in receivers:
+        sender = cluster.upstream(node)
+        host.log(f"will stream {tag}{size} to {node.hostname}" + (f" from {sender.hostname}" if sender.rank else ""), logger.info)
+    unsmoked = [node for node in cluster.workers
+                if node not in receivers and readings[node.hostname] is not None and readings[node.hostname]["id"] == mine["id"]
+                and readings[node.hostname]["smoke_tested"] != mine["id"]]
+    for node in cluster.workers:
+        if node in receivers:
+            meter = (f"python3 {shlex.quote(progress)} pipe --what {shlex.quote(f'streaming {tag} to {node.hostname}')} "
+                     f"--total \"$(docker image inspect -f '{{{{.Size}}}}' {shlex.quote(tag)})\" --fd 3")
+            hop = on_node(node.rail_data, user, (
+                f"{{ docker save {shlex.quote(tag)} | {meter} | w sudo -n docker load >/dev/null; }} 3>&1 && "
+                f"test \"$({image_id_of(tag)})\" = \"$(w {shlex.quote('sudo -n ' + image_id_of(tag))})\" && {remote_smoke}"
+            ))
+            sender = cluster.upstream(node)
+            as_root = hop if sender.rank == 0 else StringCommand("sudo", "-n", hop)
+            yield FunctionCommand(streamed, (from_upstream(sender, user, as_root),), {})
+        elif node in unsmoked:
+            yield on_node(node.rail_data, user, remote_smoke)
+    if not receivers and not unsmoked and mine["smoke_tested"] == mine["id"] and None not in theirs:
+        host.noop(f"{tag} ({mine['id'][:19]}) on {every_node(cluster)}, smoke-tested")
 
 
 @operation()
-def model_on_both(model: dict, user: str, state_dir: str, model_dir: str, rails: list[dict], peer_rails: list[dict],
-                  image: dict, hf_endpoint: str, hf_token_file: str, container: dict, streams: int, verify_model: str):
+def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, image: dict, hf_endpoint: str,
+                        hf_token_file: str, container: dict, streams: int, verify_model: str):
     """
     On the head: fetch the model once into ``model_dir`` (from the hub at the pinned revision,
     inside the runtime image, or copied from a directory on the head) and write its SHA-256
-    manifest; then copy to the worker what it lacks, over every rail at once with parallel
-    streams, checked chunk by chunk against the manifest there and recorded as verified only
-    when complete. A re-run with both sides matching (sizes and times against the manifest and
-    the worker's verified record) fetches, hashes and moves nothing; ``verify_model="full"``
-    hashes every file on both nodes again.
+    manifest; then pass it down the chain of ranks: rank r copies to rank r+1 what r+1 lacks, over
+    every rail at once with parallel streams, checked chunk by chunk against the manifest there
+    and recorded as verified only when complete, before r+1 sends it on (a worker that sends
+    keeps the manifest beside its copy). A re-run with every node matching (sizes and times
+    against the manifest and each worker's verified record) fetches, hashes and moves nothing;
+    ``verify_model="full"`` hashes every file on every node again. The head drives every hop.
 
     + model: the serving data's model (``repo`` and ``revision``, or ``path``)
-    + user: the deploy user (owns the model directories; SSH to the worker as this user)
-    + state_dir, model_dir: where the helpers, the manifest and the model live (the same on both)
-    + rails, peer_rails: this node's and the worker's rails (``address`` of each), in order
+    + user: the deploy user (owns the model directories; SSH from node to node as this user)
+    + state_dir, model_dir: where the helpers, the manifest and the model live (the same on every node)
     + image: the runtime image's spec (``tag``, ``python``): the hub fetch runs in it
     + hf_endpoint: the hub's URL
     + hf_token_file: the deploy user's hub token file on the head (only gated repositories need it)
@@ -211,19 +242,20 @@ def model_on_both(model: dict, user: str, state_dir: str, model_dir: str, rails:
 
     .. code:: python
 
-        model_on_both(model=host.data.model, user="spark", state_dir="/var/lib/dual-spark",
-                      model_dir="/var/lib/dual-spark/model", rails=host.data.rails, peer_rails=host.data.peer_rails,
-                      image=..., hf_endpoint="https://huggingface.co", hf_token_file="~/.cache/huggingface/token",
-                      container=..., streams=4, verify_model="size")
+        model_on_every_node(model=host.data.model, user="spark", state_dir="/var/lib/dual-spark",
+                            model_dir="/var/lib/dual-spark/model", image=..., hf_endpoint="https://huggingface.co",
+                            hf_token_file="~/.cache/huggingface/token", container=..., streams=4, verify_model="size")
     """
     if not acts_here("head"):
         return
+    cluster: Cluster = host.data.cluster
     where = paths(state_dir, model_dir)
     source = model_source(model)
     full = verify_model == "full"
-    peer = reachable_peer()
-    head, worker = read_both(ModelState, peer, script=where["model_sync"], model_dir=model_dir, manifest=where["manifest"],
-                             state=where["verified"], user=user, token_file=hf_token_file)
+    head, *theirs = read_all(ModelState, [reachable(node.hostname) for node in cluster.workers], script=where["model_sync"],
+                             model_dir=model_dir, manifest=where["manifest"], state=where["verified"], user=user,
+                             token_file=hf_token_file)
+    readings = {node.hostname: reading for node, reading in zip(cluster.workers, theirs)}
     manifest = head["manifest"]
     same_source = manifest is not None and manifest["source"] == source
     head_done = same_source and not head["changed"] and not full
@@ -243,22 +275,35 @@ def model_on_both(model: dict, user: str, state_dir: str, model_dir: str, rails:
                    "--manifest", QuoteString(where["manifest"]), "--source", QuoteString(json.dumps(source, sort_keys=True)),
                    "--progress", str(PROGRESS_EVERY)]
         yield FunctionCommand(streamed, (StringCommand(*hashing, *(["--full"] if full else [])),), {})
-    if peer is None:
-        warn_unreachable("replicating the model to the worker")
+
+    def done(node: Node, reading: dict) -> bool:
+        """Verified against the head's manifest, unchanged since; and holding the manifest if it sends."""
+        sends = cluster.downstream(node) is not None
+        return (head_done and reading["verified"] == manifest["digest"] and not reading["changed"]
+                and (not sends or (reading["manifest"] or {}).get("digest") == manifest["digest"]))
+
+    receivers = down_the_chain(cluster, readings, done, "replicating the model")
+    if not receivers:
+        if head_done and None not in theirs:
+            host.noop(f"the model is on {every_node(cluster)}, verified ({manifest['files']} files, "
+                      f"{manifest['bytes'] / (1 << 30):.2f} GiB)")
         return
-    if head_done and worker["verified"] == manifest["digest"] and not worker["changed"]:
-        host.noop(f"the model is on both nodes, verified ({manifest['files']} files, {manifest['bytes'] / (1 << 30):.2f} GiB)")
-        return
-    if same_source:
-        host.log(f"will replicate to {peer.name} at most {manifest['files']} files, {gib(manifest['bytes'])} (what it "
-                 "has right already stays)", logger.info)
-    send = ["sudo", "-n", "-u", QuoteString(user), "python3", QuoteString(where["model_sync"]), "send",
-            "--dir", QuoteString(model_dir), "--manifest", QuoteString(where["manifest"]),
-            "--peer", QuoteString(",".join(f"{user}@{rail['address']}" for rail in peer_rails)),
-            "--local", QuoteString(",".join(rail["address"] for rail in rails)),
-            "--remote-dir", QuoteString(model_dir), "--remote-state", QuoteString(where["verified"]),
-            "--remote-script", QuoteString(where["model_sync"]), "--streams", str(int(streams)), "--progress", str(PROGRESS_EVERY)]
-    yield FunctionCommand(streamed, (StringCommand(*send, *(["--full"] if full else [])),), {})
+    for node in receivers if same_source else ():
+        sender = cluster.upstream(node)
+        host.log(f"will replicate to {node.hostname}" + (f" from {sender.hostname}" if sender.rank else "") +
+                 f" at most {manifest['files']} files, {gib(manifest['bytes'])} (what it has right already stays)", logger.info)
+    for node in receivers:
+        sender = cluster.upstream(node)
+        send = ["python3", QuoteString(where["model_sync"]), "send", "--dir", QuoteString(model_dir),
+                "--manifest", QuoteString(where["manifest"]),
+                "--peer", QuoteString(",".join(f"{user}@{address}" for address in node.fabric_addresses)),
+                "--local", QuoteString(",".join(sender.fabric_addresses)),
+                "--remote-dir", QuoteString(model_dir), "--remote-state", QuoteString(where["verified"]),
+                "--remote-script", QuoteString(where["model_sync"]),
+                *(["--remote-manifest", QuoteString(where["manifest"])] if cluster.downstream(node) else []),
+                "--streams", str(int(streams)), "--progress", str(PROGRESS_EVERY), *(["--full"] if full else [])]
+        command = StringCommand("sudo", "-n", "-u", QuoteString(user), *send) if sender.rank == 0 else StringCommand(*send)
+        yield FunctionCommand(streamed, (from_upstream(sender, user, command),), {})
 
 
 def fetch(model: dict, user: str, where: dict, model_dir: str, image: dict, hf_endpoint: str, hf_token_file: str,

@@ -1,15 +1,15 @@
-"""Runtime artifacts: the profile's runtime image and the model, on both nodes, each obtained
-once on the head and sent to the worker over the fabric, verified on arrival."""
+"""Runtime artifacts: the profile's runtime image and the model, on every node, each obtained
+once on the head and passed down the chain of ranks over the fabric, verified on arrival."""
 
 from pyinfra import host
 
 from operations.managed import managed_files
-from operations.runtime import model_on_both, paths, runtime_image
+from operations.runtime import model_on_every_node, paths, runtime_image
 
 user = host.data.deploy_user
 where = paths(host.data.state_dir, host.data.model_dir)
-image_name = host.data.profiles[host.data.profile]["image"]
-image = host.data.images[image_name]
+cluster = host.data.cluster
+image_name, image = cluster.image_name, cluster.image
 container = {"mounts": host.data.container_mounts, "env": host.data.container_env}
 
 managed_files(
@@ -26,15 +26,14 @@ managed_files(
 )
 
 runtime_image(
-    name=f"Obtain the runtime image {image['tag']} once on the head, send it to the worker, smoke-test both",
-    image_name=image_name, image=image, user=user, peer_rails=host.data.peer_rails,
-    state_dir=host.data.state_dir, container=container,
+    name=f"Obtain the runtime image {image['tag']} once on the head, pass it down the ranks to each worker that lacks it, smoke-test each",
+    image_name=image_name, image=image, user=user, state_dir=host.data.state_dir, container=container,
 )
 
-model_on_both(
-    name="Fetch the model once on the head, hash it, replicate it to the worker over the fabric, verified",
+model_on_every_node(
+    name="Fetch the model once on the head, hash it, replicate it down the ranks over the fabric (rank r to r+1), verified on each",
     model=host.data.model, user=user, state_dir=host.data.state_dir, model_dir=host.data.model_dir,
-    rails=host.data.rails, peer_rails=host.data.peer_rails, image=image, hf_endpoint=host.data.hf_endpoint,
+    image=image, hf_endpoint=host.data.hf_endpoint,
     hf_token_file=host.data.hf_token_file, container=container, streams=host.data.replication_streams,
     verify_model=host.data.verify_model,
 )

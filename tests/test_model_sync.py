@@ -250,3 +250,20 @@ def test_every_rail_carries_its_share_with_fewer_chunks_than_streams(model, tmp_
                  "--streams", "8")
     assert result["chunks"] == 8 and result["rails"] == 2 and same_tree(model, dest)
     assert min(result["bytes_by_rail"].values()) >= 3 << 20, result["bytes_by_rail"]
+
+
+def test_a_worker_that_kept_the_manifest_sends_the_model_on(model, tmp_path):
+    """The chain: the head sends to the first worker, which keeps the manifest (--remote-manifest);
+    that worker then sends from its copy to the next, which verifies every chunk against it."""
+    manifest(model)
+    first, second = tmp_path / "worker1", tmp_path / "worker2"
+    kept = tmp_path / "worker1.manifest.json"
+    run("send", "--dir", model, "--manifest", model.parent / "manifest.json", "--peer", "u@127.0.0.2", "--local", "127.0.0.1",
+        "--remote-dir", first, "--remote-state", first / ".dual-spark-verified.json", "--remote-manifest", kept)
+    assert json.loads(kept.read_text()) == json.loads((model.parent / "manifest.json").read_text())
+    hop = run("send", "--dir", first, "--manifest", kept, "--peer", "u@127.0.0.3,u@127.0.0.4", "--local", "127.0.0.2,127.0.0.2",
+              "--remote-dir", second, "--remote-state", second / ".dual-spark-verified.json", "--streams", "2")
+    assert hop["bytes"] == sum(p.stat().st_size for p in model.rglob("*") if p.is_file()) and same_tree(model, second)
+    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["manifest.json", "worker1.manifest.json"]  # the last keeps none
+    status = run("status", "--dir", second, "--state", second / ".dual-spark-verified.json")
+    assert status["verified"] == json.loads(kept.read_text())["digest"] and status["changed"] == []
