@@ -1,4 +1,5 @@
-"""Rules for the rails: link, RoCE port and GID, jumbo-frame reachability; where the cable is."""
+"""Rules for the rails: link, RoCE port and GID, jumbo-frame reachability of every other node;
+where the cable is; a switch port left at 100G."""
 
 from __future__ import annotations
 
@@ -6,15 +7,20 @@ import re
 
 from checks import FAIL, PASS, Check
 from facts.fabric import RdmaDevice, roce_v2_gid_index
+from facts.verify import ping_targets
+
+SWITCH_AUTONEG_MBPS = 100000  # what a Spark reads from a switch port left at auto-negotiation
 
 
 def rail_checks(name: str, data, readings: dict) -> list[Check]:
-    """Link, RoCE port and jumbo-frame reachability of each rail of one node."""
+    """Link and RoCE port of each rail of one node, and jumbo-frame reachability of every other
+    node on it."""
     checks = []
     links, rdma = readings["links"]["links"], readings["rdma"]["devices"]
     configured = {rail["netdev"] for rail in data.rails}
-    pings = readings["pings"] + [None] * (len(data.rails) - len(readings["pings"]))
-    for index, (rail, peer, ping) in enumerate(zip(data.rails, data.peer_rails, pings)):
+    targets = ping_targets(data.cluster, name)
+    pings = readings["pings"] + [None] * (len(targets) - len(readings["pings"]))
+    for index, rail in enumerate(data.rails):
         netdev, label = rail["netdev"], f"rail {index} {rail['netdev']}"
         link = links.get(netdev)
         if link is None:
@@ -23,7 +29,8 @@ def rail_checks(name: str, data, readings: dict) -> list[Check]:
             continue
         checks.append(link_check(name, label, data, rail, link, rdma, configured))
         checks.append(roce_check(name, index, netdev, rail, rdma))
-        checks.append(ping_check(name, index, data, peer, ping, link))
+        checks += [ping_check(name, index, data, other, address, ping, link)
+                   for (rail_index, _, other, address), ping in zip(targets, pings) if rail_index == index]
     return checks
 
 
@@ -41,7 +48,10 @@ def link_check(name: str, label: str, data, rail: dict, link: dict, rdma: dict, 
             fixes.append("check the QSFP cable; plug it before boot or `echo 1 > /sys/bus/pci/rescan`")
     elif link["speed_mbps"] != data.expected_link_speed_mbps:
         problems.append(f"{link['speed_mbps']} Mb/s, expected {data.expected_link_speed_mbps}")
-        fixes.append("reseat or replace the QSFP cable (a damaged or slower DAC negotiates down)")
+        if link["speed_mbps"] == SWITCH_AUTONEG_MBPS and data.cluster.topology == "switch":
+            fixes.append("force 200G, auto-negotiation off on the switch port (and MTU 9000 on the switch)")
+        else:
+            fixes.append("reseat or replace the QSFP cable (a damaged or slower DAC negotiates down)")
     if link["mtu"] != data.fabric_mtu:
         problems.append(f"MTU {link['mtu']}, expected {data.fabric_mtu}")
         fixes.append(f"run the deploy again (it re-applies the netplan file); `ip link show {netdev}` must show mtu {data.fabric_mtu}")
@@ -72,15 +82,16 @@ def roce_check(name: str, index: int, netdev: str, rail: dict, rdma: dict) -> Ch
     return Check(name, item, PASS, f"ACTIVE, {port['rate']}, RoCE v2 GID index {gid_index}")
 
 
-def ping_check(name: str, index: int, data, peer: dict, ping: dict | None, link: dict) -> Check:
+def ping_check(name: str, index: int, data, other: str, address: str, ping: dict | None, link: dict) -> Check:
     size = data.fabric_mtu - 28
-    item = f"rail {index} jumbo ping"
+    item = f"rail {index} jumbo ping to {other}"
     if ping and ping["received"]:
-        return Check(name, item, PASS, f"{size}-byte DF ping to {peer['address']} passes")
+        return Check(name, item, PASS, f"{size}-byte DF ping to {address} passes")
     error = (ping or {}).get("error") or "no reply"
-    fix = (f"set MTU {data.fabric_mtu} on both ends of rail {index} (`ip link show` on each node)"
+    switch = " and on the switch" if data.cluster.topology == "switch" else ""
+    fix = (f"set MTU {data.fabric_mtu} on rail {index} of {name} and {other}{switch} (`ip link show` on each node)"
            if link["operstate"] == "up" else "the rail has no link: see its link row")
-    return Check(name, item, FAIL, f"{size}-byte DF ping to {peer['address']} fails ({error})", fix)
+    return Check(name, item, FAIL, f"{size}-byte DF ping to {address} fails ({error})", fix)
 
 
 def active_ports_elsewhere(rdma: dict[str, RdmaDevice], configured: set[str], netdev: str) -> list[str]:

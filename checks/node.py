@@ -1,5 +1,5 @@
-"""Rules for one node as a whole: limits, identity, the deploy user, Docker, GPU memory, SSH to
-the peer, and whether the node answered at all."""
+"""Rules for one node as a whole: limits, identity against every other node, the deploy user,
+Docker, GPU memory, SSH to the nodes it reaches, and whether the node answered at all."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ from checks import FAIL, PASS, WARN, Check
 from checks.fabric import rail_checks
 from checks.runtime import image_check, model_check
 from checks.serving import api_checks, container_check
+from facts.verify import ssh_targets
 from serving_data import model_source
 
 USERNS_KEY = "kernel.apparmor_restrict_unprivileged_userns"
@@ -28,17 +29,19 @@ def earlier_step_failed(name: str, step: str) -> Check:
                  "it answers over SSH: fix what that error says, then run the deploy again")
 
 
-def node_checks(name: str, data, readings: dict, peer_name: str, peer: dict | None) -> list[Check]:
-    """Everything that must hold on one node for two-node serving, rails first. ``peer`` is the
-    other node's readings, None when it did not answer."""
-    checks = rail_checks(name, data, readings)
-    memlock = readings["memlock"]["limit"]
+def node_checks(name: str, data, readings: dict[str, dict | None]) -> list[Check]:
+    """Everything that must hold on one node for serving with the others, rails first.
+    ``readings`` holds every node's, by name in rank order (None for a node that did not answer)."""
+    mine = readings[name]
+    others = {other: reading for other, reading in readings.items() if other != name}
+    checks = rail_checks(name, data, mine)
+    memlock = mine["memlock"]["limit"]
     if memlock == "unlimited":
         checks.append(Check(name, "memlock (fresh login)", PASS, "unlimited"))
     else:
         checks.append(Check(name, "memlock (fresh login)", FAIL, f"{memlock} KiB" if memlock else "could not be read",
                             "run the deploy again, then log in anew over OpenSSH (Tailscale SSH skips pam_limits)"))
-    userns = readings["userns"]["value"]
+    userns = mine["userns"]["value"]
     if userns is None:
         checks.append(Check(name, "userns sysctl", PASS, "kernel has no AppArmor userns key"))
     elif userns == 0:
@@ -46,67 +49,76 @@ def node_checks(name: str, data, readings: dict, peer_name: str, peer: dict | No
     else:
         checks.append(Check(name, "userns sysctl", FAIL, f"{USERNS_KEY} = {userns}",
                             f"run the deploy again, or `sudo sysctl -w {USERNS_KEY}=0`"))
-    checks += identity_checks(name, readings, peer_name, peer)
-    checks += user_checks(name, data, readings, peer_name, peer)
-    checks += memory_checks(name, data, readings["memory"])
-    for address, login in zip([p["address"] for p in data.peer_rails], readings["ssh_to_peer"]):
+    checks += identity_checks(name, mine, others)
+    checks += user_checks(name, data, mine, others)
+    checks += memory_checks(name, data, mine["memory"])
+    for (other, address), login in zip(ssh_targets(data.cluster, name), mine["ssh_to"]):
         if login["ok"]:
-            checks.append(Check(name, f"SSH to {peer_name} at {address}", PASS, "passwordless"))
-        elif peer is None:
-            checks.append(Check(name, f"SSH to {peer_name} at {address}", FAIL, f"{peer_name} does not answer",
-                                f"see {peer_name}'s 'reachable over SSH' row"))
+            checks.append(Check(name, f"SSH to {other} at {address}", PASS, "passwordless"))
+        elif others[other] is None:
+            checks.append(Check(name, f"SSH to {other} at {address}", FAIL, f"{other} does not answer",
+                                f"see {other}'s 'reachable over SSH' row"))
         else:
-            checks.append(Check(name, f"SSH to {peer_name} at {address}", FAIL, "login refused or asks for input",
+            checks.append(Check(name, f"SSH to {other} at {address}", FAIL, "login refused or asks for input",
                                 "run the deploy again (tasks/ssh_trust.py sets the key and known_hosts)"))
-    image = data.images[data.profiles[data.profile]["image"]]
-    checks.append(image_check(name, image["tag"], readings["image"], peer["image"] if peer else None, peer_name))
-    source = model_source(data.model)
-    head_model = readings["model"] if data.role == "head" else (peer["model"] if peer else None)
-    checks.append(model_check(name, data.role, source, readings["model"], head_model))
-    checks.append(container_check(name, data.profile, readings["serving"]))
-    if readings["api"] is not None:
-        checks += api_checks(name, data.api_host, data.api_port, readings["api"], readings["listening"])
-    checks += unreadable_checks(name, readings)
+    cluster = data.cluster
+    head = cluster.head.hostname
+    checks.append(image_check(name, cluster.image["tag"], mine["image"], None if name == head else head, readings[head]))
+    checks.append(model_check(name, data.role, model_source(cluster.model), mine["model"], readings[head]))
+    checks.append(container_check(name, cluster.profile_name, mine["serving"]))
+    if mine["api"] is not None:
+        checks += api_checks(name, data.api_host, data.api_port, mine["api"], mine["listening"])
+    checks += unreadable_checks(name, mine)
     return checks
 
 
-def identity_checks(name: str, readings: dict, peer_name: str, peer: dict | None) -> list[Check]:
-    mine = readings["identity"]["etc"]
-    if peer is None:
-        checks = [Check(name, "machine id", PASS if mine else FAIL, f"{mine} ({peer_name} not read)" if mine else "none")]
-    elif mine and mine != peer["identity"]["etc"]:
-        checks = [Check(name, "machine id", PASS, f"{mine}, distinct from {peer_name}")]
+def identity_checks(name: str, mine: dict, others: dict[str, dict | None]) -> list[Check]:
+    """The machine id against every other node's (any two equal ids are a FAIL naming both), and
+    the SSH host keys."""
+    etc = mine["identity"]["etc"]
+    read = {other: reading for other, reading in others.items() if reading is not None}
+    unread = [other for other in others if other not in read]
+    same = [other for other, reading in read.items() if reading["identity"]["etc"] == etc]
+    if not etc:
+        checks = [Check(name, "machine id", FAIL, "none", "run `sudo systemd-machine-id-setup` on this node, then reboot it")]
+    elif same:
+        checks = [Check(name, "machine id", FAIL, f"{etc} is also {' and '.join(same)}'s",
+                        "run the deploy (it gives each worker whose id an earlier node has a new one), then reboot that worker")]
     else:
-        checks = [Check(name, "machine id", FAIL, f"{mine} is also {peer_name}'s",
-                        "run the deploy (it gives the worker a new id), then reboot the worker")]
-    if peer is None:
-        return checks
-    theirs = peer["host_keys"]["fingerprints"]
-    shared = sorted(kind for kind, fingerprint in readings["host_keys"]["fingerprints"].items() if theirs.get(kind) == fingerprint)
+        detail = f"{etc}, distinct from {', '.join(read)}" if read else etc
+        checks = [Check(name, "machine id", PASS, detail + (f" ({', '.join(unread)} not read)" if unread else ""))]
+    shared = {}
+    for other, reading in read.items():
+        theirs = reading["host_keys"]["fingerprints"]
+        kinds = sorted(kind for kind, fingerprint in mine["host_keys"]["fingerprints"].items() if theirs.get(kind) == fingerprint)
+        if kinds:
+            shared[other] = kinds
     if shared:
-        checks.append(Check(name, "SSH host keys", WARN, f"{', '.join(shared)} shared with {peer_name} (cloned image)",
-                            "on the worker: sudo rm /etc/ssh/ssh_host_* && sudo dpkg-reconfigure openssh-server"))
-    else:
-        checks.append(Check(name, "SSH host keys", PASS, f"distinct from {peer_name}"))
+        checks.append(Check(name, "SSH host keys", WARN,
+                            "; ".join(f"{', '.join(kinds)} shared with {other}" for other, kinds in shared.items()) + " (cloned image)",
+                            "on each worker that shares them: sudo rm /etc/ssh/ssh_host_* && sudo dpkg-reconfigure openssh-server"))
+    elif read:
+        checks.append(Check(name, "SSH host keys", PASS, f"distinct from {', '.join(read)}"))
     return checks
 
 
-def user_checks(name: str, data, readings: dict, peer_name: str, peer: dict | None) -> list[Check]:
-    user = readings["user"]
+def user_checks(name: str, data, mine: dict, others: dict[str, dict | None]) -> list[Check]:
+    user = mine["user"]
+    read = {other: reading["user"] for other, reading in others.items() if reading is not None}
     checks = []
-    if peer is not None:
-        theirs = peer["user"]
-        if user["exists"] and theirs["exists"] and user["uid"] == theirs["uid"]:
-            checks.append(Check(name, "deploy user", PASS, f"{data.deploy_user} uid {user['uid']} on both nodes"))
+    if read:
+        if user["exists"] and all(theirs["exists"] and theirs["uid"] == user["uid"] for theirs in read.values()):
+            checks.append(Check(name, "deploy user", PASS, f"{data.deploy_user} uid {user['uid']} on every node"))
         else:
-            checks.append(Check(name, "deploy user", FAIL, f"{data.deploy_user}: here {user['uid']}, {peer_name} {theirs['uid']}",
-                                "create the same user with the same uid on both nodes"))
-    if not readings["docker"]:
+            differ = ", ".join(f"{other} {theirs['uid']}" for other, theirs in read.items() if theirs["uid"] != user["uid"] or not theirs["exists"])
+            checks.append(Check(name, "deploy user", FAIL, f"{data.deploy_user}: here {user['uid']}, {differ}",
+                                "create the same user with the same uid on every node"))
+    if not mine["docker"]:
         checks.append(Check(name, "docker", FAIL, "docker not found", "install Docker (DGX OS ships it) and run again"))
     elif "docker" not in user["groups"]:
         checks.append(Check(name, "docker", FAIL, f"{data.deploy_user} is not in the docker group", "run the deploy again"))
     else:
-        checks.append(Check(name, "docker", PASS, f"{readings['docker']}, {data.deploy_user} in group docker"))
+        checks.append(Check(name, "docker", PASS, f"{mine['docker']}, {data.deploy_user} in group docker"))
     return checks
 
 

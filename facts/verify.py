@@ -1,6 +1,6 @@
 """Everything verification reads from one node, in one round trip: the fabric, limits,
-identity, the deploy user, Docker, memory, the runtime artifacts and the serving stack; pings,
-SSH logins to the peer and the API's one-token probe run at the same time as the rest."""
+identity, the deploy user, Docker, memory, the runtime artifacts and the serving stack; pings
+to the other nodes, SSH logins to them and the API's one-token probe run at the same time as the rest."""
 
 from __future__ import annotations
 
@@ -31,7 +31,7 @@ class Readings(TypedDict):
     user: Account
     docker: str | None
     memory: Memory
-    ssh_to_peer: list[Login]
+    ssh_to: list[Login]
     image: Image
     model: Model
     serving: Serving
@@ -44,7 +44,7 @@ class Readiness(FactBase[Readings]):
     """
     The readings behind one node's rows of the readiness table. ``pings`` are
     "netdev address" pairs, pinged with ``size``-byte don't-fragment probes; ``ssh_to`` the
-    peer addresses ``user`` must reach without a password; ``runtime`` the arguments of
+    addresses of other nodes ``user`` must reach without a password; ``runtime`` the arguments of
     ImageState (tag, marker) and ModelState (script, model_dir, manifest, state); ``serving`` the
     stack directory and key file, and on the head the health script and the API's host and port
     (its one-token probe runs at the same time as the rest).
@@ -54,7 +54,7 @@ class Readiness(FactBase[Readings]):
         {"links": {...NetLinks...}, "rdma": {...RdmaDevices...}, "pings": [{...DfPing...}],
          "memlock": {"limit": "unlimited", ...}, "userns": {"value": 0, ...}, "identity": {...MachineIds...},
          "host_keys": {...}, "user": {"exists": True, "uid": 1000, "groups": ["docker"], ...},
-         "docker": "/usr/bin/docker", "memory": {...GpuMemory...}, "ssh_to_peer": [{"ok": True, ...}],
+         "docker": "/usr/bin/docker", "memory": {...GpuMemory...}, "ssh_to": [{"ok": True, ...}],
          "image": {...ImageState...}, "model": {...ModelState...}, "serving": {...ServingState...},
          "api": {"ok": True, "model": "tiny", "max_model_len": 512, ...}, "listening": ["127.0.0.1"], "unreadable": []}
     """
@@ -63,7 +63,7 @@ class Readiness(FactBase[Readings]):
     def default() -> Readings:
         return {"links": NetLinks.default(), "rdma": RdmaDevices.default(), "pings": [], "memlock": LoginMemlock.default(),
                 "userns": SysctlValue.default(), "identity": MachineIds.default(), "host_keys": SshHostKeyFingerprints.default(),
-                "user": UserGroups.default(), "docker": None, "memory": GpuMemory.default(), "ssh_to_peer": [],
+                "user": UserGroups.default(), "docker": None, "memory": GpuMemory.default(), "ssh_to": [],
                 "image": ImageState.default(), "model": ModelState.default(), "serving": ServingState.default(), "api": None,
                 "listening": [], "unreadable": []}
 
@@ -115,7 +115,7 @@ class Readiness(FactBase[Readings]):
             "user": UserGroups().process(sections.get("user", [])),
             "docker": docker[0] if docker else None,
             "memory": GpuMemory().process(sections.get("memory", [])),
-            "ssh_to_peer": [SshLogin().process(lines) for lines in numbered("ssh")],
+            "ssh_to": [SshLogin().process(lines) for lines in numbered("ssh")],
             "image": ImageState().process(part(sections, "image")),
             "model": ModelState().process(part(sections, "model")),
             "serving": ServingState().process(part(sections, "serving")),
@@ -135,7 +135,20 @@ def api_reading(lines: list[str] | None) -> dict | None:
         return {"ok": False, "model": None, "max_model_len": None, "error": "the health probe printed nothing readable", "unreadable": lines}
 
 
-def ping_targets(rails: list[dict], peer_rails: list[dict]) -> list[str]:
-    """The "netdev address" pairs for Readiness: each rail to the peer's end of it."""
-    return [f"{rail['netdev']} {peer['address']}" for rail, peer in zip(rails, peer_rails)]
+def ping_targets(cluster, name: str) -> list[tuple[int, str, str, str]]:
+    """What ``name`` pings: every other node on every rail, as (rail index, netdev, other node,
+    its address), rail by rail and the others in rank order."""
+    return [(index, rail.netdev, other.hostname, str(other.rails[index].address.ip))
+            for index, rail in enumerate(cluster.node(name).rails) for other in cluster.others(name)]
 
+
+def ssh_targets(cluster, name: str) -> list[tuple[str, str]]:
+    """Where ``name``'s deploy user must log in without a password, as (node, address) on every
+    rail: the head to every worker, and each node to the next in the chain that replicates the
+    model and the runtime image."""
+    node = cluster.node(name)
+    targets = list(cluster.workers) if node.role == "head" else []
+    downstream = cluster.downstream(node)
+    if downstream is not None and downstream not in targets:
+        targets.append(downstream)
+    return [(target.hostname, address) for target in targets for address in target.fabric_addresses]

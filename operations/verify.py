@@ -1,6 +1,6 @@
-"""Readiness: read both Sparks back (one round trip each), apply the rules, print one table.
-The reporting (the head reports, both nodes read at once, a FAIL fails the run) is shared with
-`operations/status.py`."""
+"""Readiness: read every Spark back (one round trip each, all at once), apply the rules, print
+one table in rank order. The reporting (the head reports, every node read at once, a FAIL fails
+the run) is shared with `operations/status.py`."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from checks import FAIL, Check
 from checks.node import USERNS_KEY, earlier_step_failed, node_checks, unreachable
 from checks.table import failure_summary, render
-from facts.verify import Readiness, ping_targets
-from operations.peer import failed_step, reachable_peer
+from facts.verify import Readiness, ping_targets, ssh_targets
+from operations.peer import failed_step, reachable
 from operations.runtime import paths, smoke_marker
 from operations.serving import api_key_file
 
@@ -33,45 +33,48 @@ def read_node(node) -> dict | None:
     if not answers(node):
         return None
     data = node.data
+    cluster = data.cluster
     where = paths(data.state_dir, data.model_dir)
-    tag = data.images[data.profiles[data.profile]["image"]]["tag"]
+    tag = cluster.image["tag"]
     runtime = {"tag": tag, "marker": smoke_marker(data.state_dir, tag), "script": where["model_sync"],
                "model_dir": data.model_dir, "manifest": where["manifest"], "state": where["verified"]}
     serving = {"stack_dir": data.stack_dir, "key_file": api_key_file(data.state_dir)}
     if data.role == "head":
         serving |= {"health": where["health"], "api_host": data.api_host, "api_port": data.api_port}
     return node.get_fact(
-        Readiness, user=data.deploy_user, pings=ping_targets(data.rails, data.peer_rails), size=data.fabric_mtu - 28,
-        ssh_to=[peer["address"] for peer in data.peer_rails] if data.role == "head" else [], userns_key=USERNS_KEY,
+        Readiness, user=data.deploy_user, pings=[f"{netdev} {address}" for _, netdev, _, address in ping_targets(cluster, node.name)],
+        size=data.fabric_mtu - 28, ssh_to=[address for _, address in ssh_targets(cluster, node.name)], userns_key=USERNS_KEY,
         runtime=runtime, serving=serving,
     )
 
 
 def all_checks(nodes: list, read: Callable = read_node, rules: Callable = node_checks) -> list[Check]:
-    """Every row of both nodes (``read`` a node at the same time as the other, then ``rules``);
-    a node that does not answer is one FAIL row, a node that failed a step of this run one more."""
+    """Every row of every node, in the order of ``nodes`` (``read`` each node at the same time as
+    the others, then ``rules(name, data, readings)`` with every node's readings by name, None for
+    one that did not answer); a node that does not answer is one FAIL row, a node that failed a
+    step of this run one more."""
     reads = {node.name: gevent.spawn(read, node) for node in nodes}
     readings = {name: greenlet.get() for name, greenlet in reads.items()}
     checks = []
-    for node, peer in zip(nodes, nodes[::-1]):
-        mine = readings[node.name]
-        if mine is None:
+    for node in nodes:
+        if readings[node.name] is None:
             checks.append(unreachable(node.name, node.data.ssh_hostname, node.data.ssh_port))
             continue
         if step := failed_step(node):
             checks.append(earlier_step_failed(node.name, step))
-        checks += rules(node.name, node.data, mine, peer.name, readings[peer.name])
+        checks += rules(node.name, node.data, readings)
     return checks
 
 
 def reports_here() -> bool:
-    """The head reports, or the worker when the head does not answer; only while the deploy
-    executes (change detection and --dry skip it)."""
-    if host.data.role != "head" and reachable_peer() is not None:
-        host.noop("the head reports")
-        return False
+    """The head reports, or the first node in rank order that answers when the head does not;
+    only while the deploy executes (change detection and --dry skip it)."""
+    for node in host.data.cluster.nodes[:host.data.rank]:
+        if reachable(node.hostname) is not None:
+            host.noop("the head reports" if node.role == "head" else f"{node.hostname} reports (the head does not answer)")
+            return False
     if not host.state.is_executing:
-        host.noop("reads both nodes back once the changes before it have run")
+        host.noop("reads every node back once the changes before it have run")
         return False
     return True
 
@@ -88,17 +91,17 @@ def report(checks: list[Check], title: str, passed: str):
 @operation()
 def readiness(node_names: list[str]):
     """
-    Read every node back and print one readiness table; fail on any FAIL. The head reports, or
-    the worker when the head does not answer. Runs when the deploy executes (after every change
-    before it); change detection and --dry skip it.
+    Read every node back and print one readiness table, in rank order; fail on any FAIL. The
+    head reports, or the first node that answers when the head does not. Runs when the deploy
+    executes (after every change before it); change detection and --dry skip it.
 
-    + node_names: the inventory names of both nodes
+    + node_names: the inventory names of every node, in rank order
 
     **Example:**
 
     .. code:: python
 
-        readiness(node_names=["spark-head", "spark-worker"])
+        readiness(node_names=["spark-head", "spark-worker1", "spark-worker2"])
     """
     if reports_here():
-        yield from report(all_checks([inventory.get_host(name) for name in node_names]), "readiness", "both nodes are ready")
+        yield from report(all_checks([inventory.get_host(name) for name in node_names]), "readiness", "every node is ready")

@@ -1,5 +1,5 @@
-"""Verification: read both nodes back and print one readiness table; fail on any FAIL.
-The head reports, or the worker when the head does not answer.
+"""Verification: read every node back and print one readiness table; fail on any FAIL.
+The head reports, or the first node that answers when the head does not.
 
     pyinfra inventory.py tasks/verify.py
 """
@@ -9,6 +9,6 @@ from pyinfra import host
 from operations.verify import readiness
 
 readiness(
-    name="Verify both nodes are ready to serve",
-    node_names=[host.name, host.data.peer_name],
+    name="Verify every node is ready to serve",
+    node_names=[node.hostname for node in host.data.cluster.nodes],
 )

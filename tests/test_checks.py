@@ -8,16 +8,32 @@ from checks import FAIL, PASS, WARN
 from checks.fabric import active_ports_elsewhere, controller_of
 from checks.node import node_checks, unreachable
 from checks.table import render
+from tests.fake_host import cluster_of
 
-RAILS = [{"netdev": "enp1s0f0np0", "rdma": "rocep1s0f0", "address": "10.0.0.1", "cidr": "10.0.0.1/24", "gid_index": "auto"},
-         {"netdev": "enP2p1s0f0np0", "rdma": "roceP2p1s0f0", "address": "10.0.1.1", "cidr": "10.0.1.1/24", "gid_index": "auto"}]
-PEER_RAILS = [{**RAILS[0], "address": "10.0.0.2", "cidr": "10.0.0.2/24"}, {**RAILS[1], "address": "10.0.1.2", "cidr": "10.0.1.2/24"}]
 TAG = "dual-spark/lab-cpu:f24f0f86b830"
 MODEL = {"path": "/srv/lab-models/tiny-llama", "served_name": "tiny"}
-DATA = SimpleNamespace(rails=RAILS, peer_rails=PEER_RAILS, fabric_mtu=9000, expected_link_speed_mbps=200000,
-                       memory_floor_gib=95, deploy_user="spark", role="worker", profile="adaptive",
-                       profiles={"adaptive": {"image": "lab-cpu"}}, images={"lab-cpu": {"tag": TAG}}, model=MODEL)
+NETDEVS = [("enp1s0f0np0", "rocep1s0f0"), ("enP2p1s0f0np0", "roceP2p1s0f0")]
+SERVING = {"model": MODEL, "images": {"lab-cpu": {"tag": TAG}}, "profiles": {"adaptive": {"image": "lab-cpu"}}}
 IMAGE_ID, DIGEST = "sha256:" + "5e" * 32, "e8" * 32
+
+
+def cluster(*names: str, serving: dict = SERVING):
+    """Nodes in rank order; rail i of rank r at 10.0.i.(r+1)."""
+    return cluster_of({"nodes": [{"hostname": name, "ssh_host": f"192.168.1.{10 + rank}",
+                                  "rails": [{"netdev": netdev, "rdma": rdma, "address": f"10.0.{i}.{rank + 1}/24"}
+                                            for i, (netdev, rdma) in enumerate(NETDEVS)]}
+                                 for rank, name in enumerate(names)],
+                       "settings": {"profile": "adaptive"}, "serving": serving})
+
+
+def node_data(cluster, name: str, **changes) -> SimpleNamespace:
+    node = cluster.node(name)
+    return SimpleNamespace(**{"cluster": cluster, "rank": node.rank, "role": node.role, "rails": node.rail_data, "fabric_mtu": 9000,
+                              "expected_link_speed_mbps": 200000, "memory_floor_gib": 95, "deploy_user": "spark", **changes})
+
+
+PAIR = cluster("spark-head", "spark-worker")
+DATA = node_data(PAIR, "spark-worker")
 
 
 def port(state, netdev, ipv4=None):
@@ -30,20 +46,23 @@ def ok(**value):
     return {**value, "unreadable": []}
 
 
-def healthy() -> dict:
+def healthy(rank: int = 1, others: int = 1, ssh: int = 0) -> dict:
+    """The readings of the node of ``rank`` (rails at 10.0.i.(rank+1)) that pings ``others`` nodes
+    and logs in at ``ssh`` addresses, all passing."""
     link = {"operstate": "up", "speed_mbps": 200000, "mtu": 9000, "ipv6": []}
+    mine = [f"10.0.0.{rank + 1}", f"10.0.1.{rank + 1}"]
     return {
-        "links": ok(links={"enp1s0f0np0": {**link, "ipv4": ["10.0.0.1/24"]}, "enP2p1s0f0np0": {**link, "ipv4": ["10.0.1.1/24"]},
+        "links": ok(links={"enp1s0f0np0": {**link, "ipv4": [f"{mine[0]}/24"]}, "enP2p1s0f0np0": {**link, "ipv4": [f"{mine[1]}/24"]},
                            "enp1s0f1np1": {**link, "operstate": "down", "speed_mbps": None, "mtu": 1500, "ipv4": []}}),
-        "rdma": ok(devices={"rocep1s0f0": port("ACTIVE", "enp1s0f0np0", "10.0.0.1"),
-                            "roceP2p1s0f0": port("ACTIVE", "enP2p1s0f0np0", "10.0.1.1"), "rocep1s0f1": port("DOWN", "enp1s0f1np1")}),
-        "pings": [ok(sent=3, received=3, error=None)] * 2,
+        "rdma": ok(devices={"rocep1s0f0": port("ACTIVE", "enp1s0f0np0", mine[0]),
+                            "roceP2p1s0f0": port("ACTIVE", "enP2p1s0f0np0", mine[1]), "rocep1s0f1": port("DOWN", "enp1s0f1np1")}),
+        "pings": [ok(sent=3, received=3, error=None)] * (2 * others),
         "memlock": ok(limit="unlimited"), "userns": ok(value=0),
-        "identity": ok(etc="a" * 32, dbus=None, dbus_is_link=False, hostname="spark-worker"),
-        "host_keys": ok(fingerprints={"ED25519": "SHA256:mine"}),
+        "identity": ok(etc=f"{rank:x}" * 32, dbus=None, dbus_is_link=False, hostname=f"spark-{rank}"),
+        "host_keys": ok(fingerprints={"ED25519": f"SHA256:node{rank}"}),
         "user": ok(exists=True, uid=1000, groups=["docker"]), "docker": "/usr/bin/docker",
         "memory": ok(source="/proc/meminfo", gpus=["NVIDIA GB10"], total_gib=121.6, available_gib=117.4, nvidia_smi="ok"),
-        "ssh_to_peer": [], "unreadable": [],
+        "ssh_to": [ok(ok=True)] * ssh, "unreadable": [],
         "image": ok(id=IMAGE_ID, smoke_tested=IMAGE_ID),
         "model": ok(exists=True, free_bytes=1 << 40, manifest=None, verified=DIGEST, changed=[], token_mode=None),
         "serving": ok(compose=["services:", "  vllm:", "    labels:", '      dual-spark.stack: "9d2e0c1a"'], launch=["#!/bin/sh"], api_key=False, rdma=ok(devices={}),
@@ -53,16 +72,21 @@ def healthy() -> dict:
     }
 
 
-PEER = {**healthy(), "identity": ok(etc="b" * 32, dbus=None, dbus_is_link=False, hostname="spark-head"),
-        "host_keys": ok(fingerprints={"ED25519": "SHA256:theirs"}),
-        "model": ok(exists=True, free_bytes=1 << 40, verified=None, changed=[], token_mode=None,
-                    manifest={"digest": DIGEST, "files": 6, "bytes": 706289, "source": {"path": MODEL["path"]}})}
+def head_reading(others: int = 1) -> dict:
+    return {**healthy(0, others, 2 * others),
+            "model": ok(exists=True, free_bytes=1 << 40, verified=None, changed=[], token_mode=None,
+                        manifest={"digest": DIGEST, "files": 6, "bytes": 706289, "source": {"path": MODEL["path"]}})}
+
+
+PEER = head_reading()
+
+
+def rows(name: str, data, readings: dict) -> dict:
+    return {check.item: check for check in node_checks(name, data, readings)}
 
 
 def checks_with(**changes):
-    facts = healthy()
-    facts.update(changes)
-    return {check.item: check for check in node_checks("spark-worker", DATA, facts, "spark-head", PEER)}
+    return rows("spark-worker", DATA, {"spark-head": PEER, "spark-worker": {**healthy(), **changes}})
 
 
 def test_a_healthy_node_passes_everything():
@@ -76,7 +100,8 @@ def test_a_healthy_node_passes_everything():
     ({"memlock": ok(limit="8192")}, "memlock (fresh login)", "8192 KiB", "OpenSSH"),
     ({"memlock": ok(limit=None)}, "memlock (fresh login)", "could not be read", "OpenSSH"),
     ({"userns": ok(value=1)}, "userns sysctl", "= 1", "sysctl -w"),
-    ({"identity": ok(etc="b" * 32, dbus=None, dbus_is_link=False, hostname="x")}, "machine id", "also spark-head's", "reboot the worker"),
+    ({"identity": ok(etc="0" * 32, dbus=None, dbus_is_link=False, hostname="x")}, "machine id", "also spark-head's", "reboot that worker"),
+    ({"identity": ok(etc=None, dbus=None, dbus_is_link=False, hostname="x")}, "machine id", "none", "systemd-machine-id-setup"),
     ({"docker": None}, "docker", "docker not found", "install Docker"),
     ({"user": ok(exists=True, uid=1000, groups=[])}, "docker", "not in the docker group", "run the deploy"),
     ({"user": ok(exists=True, uid=1001, groups=["docker"])}, "deploy user", "here 1001, spark-head 1000", "same uid"),
@@ -88,7 +113,10 @@ def test_a_healthy_node_passes_everything():
     ({"memory": ok(source="/proc/meminfo", gpus=[], total_gib=121.6, available_gib=117.4, nvidia_smi="No devices were found")},
      "GPU driver", "No devices were found", "nvidia-smi -L"),
     ({"pings": [ok(sent=3, received=0, error="local error: message too long, mtu=1500")] * 2},
-     "rail 1 jumbo ping", "fails (local error: message too long, mtu=1500)", "set MTU 9000 on both ends of rail 1"),
+     "rail 1 jumbo ping to spark-head", "8972-byte DF ping to 10.0.1.1 fails (local error: message too long, mtu=1500)",
+     "set MTU 9000 on rail 1 of spark-worker and spark-head (`ip link show`"),
+    ({"links": ok(links={**healthy()["links"]["links"], "enp1s0f0np0": {**healthy()["links"]["links"]["enp1s0f0np0"], "speed_mbps": 100000}})},
+     "rail 0 enp1s0f0np0 link", "100000 Mb/s, expected 200000", "reseat or replace the QSFP cable"),
     ({"links": ok(links={})}, "rail 0 enp1s0f0np0 link", "no such netdev", "ip -br link"),
     ({"image": ok(id=None, smoke_tested=None)}, f"runtime image {TAG}", "not on this node", "run the deploy again"),
     ({"image": ok(id=IMAGE_ID, smoke_tested=None)}, f"runtime image {TAG}", "has not passed its smoke test", "import vllm"),
@@ -111,16 +139,15 @@ def test_each_failure_names_the_problem_and_the_fix(changes, item, detail, fix):
 
 
 def test_a_pinned_gid_index_that_moved_is_caught():
-    data = SimpleNamespace(**{**vars(DATA), "rails": [{**RAILS[0], "gid_index": 5}, RAILS[1]]})
-    checks = {c.item: c for c in node_checks("spark-worker", data, healthy(), "spark-head", PEER)}
-    check = checks["rail 0 rocep1s0f0 RoCE"]
+    data = node_data(PAIR, "spark-worker", rails=[{**DATA.rails[0], "gid_index": 5}, DATA.rails[1]])
+    check = rows("spark-worker", data, {"spark-head": PEER, "spark-worker": healthy()})["rail 0 rocep1s0f0 RoCE"]
     assert check.status == FAIL and "index 3, site.toml pins 5" in check.detail and "gid_index = 3" in check.fix
 
 
 def test_shared_host_keys_warn_without_failing():
-    facts = {**healthy(), "host_keys": PEER["host_keys"]}
-    checks = {c.item: c for c in node_checks("spark-worker", DATA, facts, "spark-head", PEER)}
+    checks = checks_with(host_keys=PEER["host_keys"])
     assert checks["SSH host keys"].status == WARN and "dpkg-reconfigure openssh-server" in checks["SSH host keys"].fix
+    assert checks["SSH host keys"].detail == "ED25519 shared with spark-head (cloned image)"
 
 
 def test_the_cable_in_the_other_port_is_pointed_at_on_the_same_controller():
@@ -140,34 +167,33 @@ def test_a_gpu_memory_reading_after_an_nvml_error_says_where_it_came_from():
 
 
 def test_an_unreadable_line_is_reported_not_dropped():
-    facts = {**healthy(), "userns": {"value": None, "unreadable": ["sysctl: permission denied on key"]}}
-    checks = {c.item: c for c in node_checks("spark-worker", DATA, facts, "spark-head", PEER)}
+    checks = checks_with(userns={"value": None, "unreadable": ["sysctl: permission denied on key"]})
     assert checks["reading userns"].status == WARN and "sysctl: permission denied on key" in checks["reading userns"].detail
 
 
-def test_an_unreachable_peer_is_named_and_its_rows_point_there():
-    facts = {**healthy(), "ssh_to_peer": [ok(ok=False)] * 2}
-    data = SimpleNamespace(**{**vars(DATA), "role": "head"})
-    checks = {c.item: c for c in node_checks("spark-head", data, facts, "spark-worker", None)}
+def test_an_unreachable_worker_is_named_and_its_rows_point_there():
+    facts = {**PEER, "ssh_to": [ok(ok=False)] * 2}
+    checks = rows("spark-head", node_data(PAIR, "spark-head"), {"spark-head": facts, "spark-worker": None})
     assert checks["SSH to spark-worker at 10.0.0.2"].detail == "spark-worker does not answer"
+    assert checks["machine id"].detail == f"{'0' * 32} (spark-worker not read)"
     assert "deploy user" not in checks and "SSH host keys" not in checks
     row = unreachable("spark-worker", "192.168.1.11", 22)
     assert row.status == FAIL and "192.168.1.11:22" in row.detail and "sshd" in row.fix
 
 
 def test_the_heads_model_row_reads_its_manifest():
-    data = SimpleNamespace(**{**vars(DATA), "role": "head"})
-    checks = {c.item: c for c in node_checks("spark-head", data, PEER, "spark-worker", healthy())}
+    readings = {"spark-head": PEER, "spark-worker": healthy()}
+    checks = rows("spark-head", node_data(PAIR, "spark-head"), readings)
     assert checks["model"].status == PASS and checks["model"].detail == f"6 files, 0.00 GiB, manifest {DIGEST[:12]}"
-    other = SimpleNamespace(**{**vars(data), "model": {"repo": "org/name", "revision": "0" * 40}})
-    checks = {c.item: c for c in node_checks("spark-head", other, PEER, "spark-worker", healthy())}
+    assert checks[f"runtime image {TAG}"].detail == f"{IMAGE_ID[:19]}, smoke-tested"
+    other = cluster("spark-head", "spark-worker", serving={**SERVING, "model": {"repo": "org/name", "revision": "0" * 40}})
+    checks = rows("spark-head", node_data(other, "spark-head"), readings)
     assert checks["model"].status == FAIL and checks["model"].detail == "not fetched for this source"
 
 
 def api_checks_for(api: dict, listening: list[str]) -> dict:
-    data = SimpleNamespace(**{**vars(DATA), "role": "head", "api_host": "127.0.0.1", "api_port": 8888})
-    facts = {**healthy(), "api": api, "listening": listening}
-    return {c.item: c for c in node_checks("spark-head", data, facts, "spark-worker", PEER)}
+    data = node_data(PAIR, "spark-head", api_host="127.0.0.1", api_port=8888)
+    return rows("spark-head", data, {"spark-head": {**PEER, "api": api, "listening": listening}, "spark-worker": healthy()})
 
 
 def test_the_api_rows_say_whether_a_token_came_back_and_where_it_listens():
@@ -179,3 +205,79 @@ def test_the_api_rows_say_whether_a_token_came_back_and_where_it_listens():
     checks = api_checks_for(dead, ["127.0.0.1", "198.51.100.11"])
     assert checks["API"].status == FAIL and "EngineCore" in checks["API"].detail and "worker first" in checks["API"].fix
     assert checks["API exposure"].status == FAIL and "198.51.100.11" in checks["API exposure"].detail
+
+
+FOUR = cluster("spark-head", "spark-worker1", "spark-worker2", "spark-worker3")
+
+
+def four_readings(**changes) -> dict:
+    """Every node of FOUR healthy (the head with the manifest, each worker logging in to the next);
+    ``changes`` by node name."""
+    readings = {"spark-head": head_reading(3)}
+    readings |= {node.hostname: healthy(node.rank, 3, 2 if node.rank < 3 else 0) for node in FOUR.workers}
+    return {name: {**reading, **changes.get(name.replace("-", "_"), {})} for name, reading in readings.items()}
+
+
+def four_rows(name: str, readings: dict) -> dict:
+    return rows(name, node_data(FOUR, name), readings)
+
+
+def test_four_healthy_nodes_pass_and_each_pings_every_other_on_every_rail():
+    readings = four_readings()
+    for node in FOUR.nodes:
+        checks = four_rows(node.hostname, readings)
+        assert {check.status for check in checks.values()} == {PASS}, node.hostname
+        pings = [item for item in checks if "jumbo ping" in item]
+        assert pings == [f"rail {i} jumbo ping to {other.hostname}" for i in (0, 1) for other in FOUR.others(node.hostname)]
+    head = four_rows("spark-head", readings)
+    assert [item for item in head if item.startswith("SSH to")] == [
+        f"SSH to spark-worker{rank} at 10.0.{rail}.{rank + 1}" for rank in (1, 2, 3) for rail in (0, 1)]
+    assert head["machine id"].detail == f"{'0' * 32}, distinct from spark-worker1, spark-worker2, spark-worker3"
+    assert head["deploy user"].detail == "spark uid 1000 on every node"
+    assert [item for item in four_rows("spark-worker1", readings) if item.startswith("SSH to")] == [
+        "SSH to spark-worker2 at 10.0.0.3", "SSH to spark-worker2 at 10.0.1.3"]
+    assert not [item for item in four_rows("spark-worker3", readings) if item.startswith("SSH to")]
+    assert four_rows("spark-worker2", readings)[f"runtime image {TAG}"].detail == f"{IMAGE_ID[:19]}, the same as spark-head's, smoke-tested"
+
+
+def test_a_rail_one_node_cannot_reach_fails_only_there_naming_the_other():
+    pings = [ok(sent=3, received=3, error=None)] * 6
+    pings[4] = ok(sent=3, received=0, error=None)  # rail 1, the second other node: spark-worker2
+    readings = four_readings(spark_worker1={"pings": pings})
+    checks = four_rows("spark-worker1", readings)
+    failed = [check for check in checks.values() if check.status == FAIL]
+    assert [check.item for check in failed] == ["rail 1 jumbo ping to spark-worker2"]
+    assert failed[0].detail == "8972-byte DF ping to 10.0.1.3 fails (no reply)"
+    assert "spark-worker1 and spark-worker2 and on the switch" in failed[0].fix
+    assert {check.status for check in four_rows("spark-worker2", readings).values()} == {PASS}
+
+
+def test_a_switch_port_left_at_100g_is_a_fail_whose_fix_is_on_the_switch():
+    links = healthy(3)["links"]["links"]
+    readings = four_readings(spark_worker3={"links": ok(links={**links, "enp1s0f0np0": {**links["enp1s0f0np0"], "speed_mbps": 100000}})})
+    check = four_rows("spark-worker3", readings)["rail 0 enp1s0f0np0 link"]
+    assert check.status == FAIL and check.detail.startswith("100000 Mb/s, expected 200000")
+    assert check.fix == "force 200G, auto-negotiation off on the switch port (and MTU 9000 on the switch)"
+
+
+def test_any_two_nodes_with_one_machine_id_fail_naming_each_other():
+    same = ok(etc="c" * 32, dbus=None, dbus_is_link=False, hostname="x")
+    readings = four_readings(spark_worker1={"identity": same}, spark_worker3={"identity": same})
+    assert four_rows("spark-worker1", readings)["machine id"].detail == f"{'c' * 32} is also spark-worker3's"
+    assert four_rows("spark-worker3", readings)["machine id"].detail == f"{'c' * 32} is also spark-worker1's"
+    assert four_rows("spark-head", readings)["machine id"].status == PASS
+    assert four_rows("spark-worker2", readings)["machine id"].status == PASS
+
+
+def test_a_worker_reads_the_image_against_the_heads_and_the_uid_against_every_node():
+    other = "sha256:" + "a1" * 32
+    readings = four_readings(spark_worker2={"image": ok(id=other, smoke_tested=other), "user": ok(exists=True, uid=1001, groups=["docker"])})
+    image = four_rows("spark-worker2", readings)[f"runtime image {TAG}"]
+    assert image.status == FAIL and image.detail == f"{other[:19]} here, {IMAGE_ID[:19]} on spark-head"
+    assert four_rows("spark-worker3", readings)[f"runtime image {TAG}"].status == PASS
+    user = four_rows("spark-head", readings)["deploy user"]
+    assert user.status == FAIL and user.detail == "spark: here 1000, spark-worker2 1001"
+    unread = four_readings()
+    unread["spark-head"] = None
+    image = four_rows("spark-worker1", unread)[f"runtime image {TAG}"]
+    assert image.status == PASS and image.detail.endswith("(spark-head not read)")
