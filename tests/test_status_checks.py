@@ -6,12 +6,18 @@ from types import SimpleNamespace
 from checks import FAIL, PASS, WARN
 from checks.status import status_checks, uptime
 from checks.table import render
-from tests.test_checks import RAILS, healthy, ok
+from tests.test_checks import healthy, ok
 
 PROFILES = {"adaptive": {"speculative_tokens": 3}, "fast": {"speculative_tokens": 0}}
-HEAD = SimpleNamespace(role="head", rails=RAILS, fabric_mtu=9000, expected_link_speed_mbps=200000,
-                       profile="adaptive", profiles=PROFILES)
-WORKER = SimpleNamespace(**{**vars(HEAD), "role": "worker"})
+
+
+def data(rank: int) -> SimpleNamespace:
+    """The node of ``rank``: rail i at 10.0.i.(rank+1), as tests.test_checks.healthy reads it."""
+    rails = [{"netdev": netdev, "rdma": rdma, "address": f"10.0.{i}.{rank + 1}", "cidr": f"10.0.{i}.{rank + 1}/24", "gid_index": "auto"}
+             for i, (netdev, rdma) in enumerate([("enp1s0f0np0", "rocep1s0f0"), ("enP2p1s0f0np0", "roceP2p1s0f0")])]
+    return SimpleNamespace(role="worker" if rank else "head", rails=rails, fabric_mtu=9000, expected_link_speed_mbps=200000,
+                           profile="adaptive", profiles=PROFILES)
+
 SESSION = "9f2c41d0" + "0" * 24
 LOG = ["RuntimeError: NCCL error: unhandled system error", "Engine core initialization failed."]
 
@@ -38,9 +44,10 @@ def reading(role: str, state: str = "running", health: str = "healthy", live: di
 def rows(head: dict, *workers: dict | None) -> dict:
     """Every answering node's rows by (node, item): the head, then spark-worker, spark-3, ..."""
     names = ["spark-head", "spark-worker", *(f"spark-{rank + 1}" for rank in range(2, len(workers) + 1))]
-    readings = dict(zip(names, (head, *workers)))
-    checks = [check for name, reading in readings.items() if reading is not None
-              for check in status_checks(name, HEAD if name == "spark-head" else WORKER, readings)]
+    readings = {name: reading and {**reading, "links": healthy(rank)["links"], "rdma": healthy(rank)["rdma"]}
+                for rank, (name, reading) in enumerate(zip(names, (head, *workers)))}
+    checks = [check for rank, (name, reading) in enumerate(readings.items()) if reading is not None
+              for check in status_checks(name, data(rank), readings)]
     return {(c.node, c.item): c for c in checks}
 
 
