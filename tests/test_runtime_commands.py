@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
+from operations import runtime
 from operations.runtime import fetch, paths
+from tests.fake_host import args_key, run_operation
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDER = f"""#!{sys.executable}
@@ -85,3 +87,121 @@ def test_copying_into_a_new_directory_claims_it_then_copies_and_owns(tmp_path):
     assert sorted(p.name for p in model_dir.iterdir()) == [".dual-spark-managed", "model.safetensors"]
     assert calls == [["chown", "-R", "spark:", str(model_dir)]]
     assert result.stdout.splitlines()[-1].startswith(f"copying the model from {tmp_path / 'source'}: done in ")
+
+
+# -- the chain's hops, driven from the head: three levels of shell and ssh --------------------
+
+SUDO = f"""#!{sys.executable}
+import os, sys
+args = sys.argv[1:]
+while args[0] in ("-n", "-u"):
+    args = args[1:] if args[0] == "-n" else args[2:]
+os.execvp(args[0], args)
+"""
+SSH = f"""#!{sys.executable}
+# ssh at the process boundary: the remote command (its words joined, as ssh sends them) runs
+# here in sh, with NODE naming the node it runs on; 10.0.0.3 does not answer (a rail without link).
+import json, os, sys
+args = sys.argv[1:]
+while args[0] in ("-o", "-c"):
+    args = args[2:]
+target, command = args[0], " ".join(args[1:])
+if target.endswith("@10.0.0.3"):
+    sys.exit(255)
+if command != "true":
+    with open(os.environ["RECORD"], "a") as record:
+        record.write(json.dumps(["ssh", os.environ.get("NODE", "head"), target]) + "\\n")
+os.environ["NODE"] = target.split("@")[1]
+os.execvp("sh", ["sh", "-c", command])
+"""
+DOCKER = f"""#!{sys.executable}
+import json, os, sys
+args, node = sys.argv[1:], os.environ.get("NODE", "head")
+call = ["docker", node, *args]
+if args[0] == "save":
+    sys.stdout.write("the layers of " + args[1])
+elif args[0] == "load":
+    call.append(sys.stdin.read())
+elif args[:3] == ["image", "inspect", "-f"]:
+    print("sha256:" + "ab" * 32 if "Id" in args[3] else "20")
+with open(os.environ["RECORD"], "a") as record:
+    record.write(json.dumps(call) + "\\n")
+"""
+THREE = {"nodes": [{"hostname": name, "ssh_host": f"192.168.1.{10 + rank}", "rails": [
+    {"netdev": "enp1s0f0np0", "rdma": "rocep1s0f0", "address": f"10.0.0.{rank + 1}/24"},
+    {"netdev": "enP2p1s0f0np0", "rdma": "roceP2p1s0f0", "address": f"10.0.1.{rank + 1}/24"}]}
+    for rank, name in enumerate(["spark-head", "spark-worker1", "spark-worker2"])]}
+
+
+def chain_case(fact: str, args: dict, fact_args: dict, head: dict, worker1: dict, worker2: dict) -> dict:
+    key = args_key(fact_args)
+    return {"cluster": THREE, "args": args,
+            "host": {"name": "spark-head", "data": {"role": "head"}, "facts": {fact: {key: head}}},
+            "peer": {"name": "spark-worker1", "facts": {fact: {key: worker1}}},
+            "others": [{"name": "spark-worker2", "facts": {fact: {key: worker2}}}]}
+
+
+def hop_from_worker1(tmp_path: Path, fact: str, args: dict, fact_args: dict, head: dict, worker1: dict, worker2: dict):
+    """The operation's one command (worker1 sends to worker2), run by sh on the "head" with the
+    stand-ins; its result and the calls recorded."""
+    commands, _ = run_operation(getattr(runtime, "runtime_image" if fact == "runtime.ImageState" else "model_on_every_node"),
+                                chain_case(fact, args, fact_args, head, worker1, worker2))
+    assert len(commands) == 1 and commands[0][:2] == ["function", "streamed"], commands
+    directory = tmp_path / "bin"
+    directory.mkdir()
+    for name, text in (("sudo", SUDO), ("ssh", SSH), ("docker", DOCKER)):
+        (directory / name).write_text(text)
+        (directory / name).chmod(0o755)
+    record = tmp_path / "record"
+    env = {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}", "RECORD": str(record)}
+    result = subprocess.run(["sh", "-c", commands[0][2]], env=env, capture_output=True, text=True, timeout=60)
+    return result, [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+
+def test_an_image_hop_from_a_worker_streams_from_it_to_the_next_and_tests_it_there(tmp_path):
+    """worker1 has the image, worker2 lacks it: the head has worker1 stream it to worker2 (over
+    worker2's second rail: its first does not answer), the IDs compared, smoke-tested on worker2."""
+    state = tmp_path / "state"
+    (state / "bin").mkdir(parents=True)
+    shutil.copy(REPO / "files/runtime/progress.py", state / "bin/progress.py")
+    marker = runtime.smoke_marker(str(state), IMAGE["tag"])
+    image_id = "sha256:" + "ab" * 32
+    have = {"id": image_id, "size": 20, "smoke_tested": image_id, "unreadable": []}
+    result, calls = hop_from_worker1(
+        tmp_path, "runtime.ImageState",
+        {"image_name": "x", "image": IMAGE, "user": "spark", "state_dir": str(state), "container": NO_CONTAINER},
+        {"tag": IMAGE["tag"], "marker": marker}, have, have, {**have, "id": None, "smoke_tested": None})
+    assert result.returncode == 0, result.stderr
+    assert "the worker does not answer over SSH at 10.0.0.3: trying the next rail" in result.stderr
+    assert result.stdout.startswith(f"streaming {IMAGE['tag']} to spark-worker2: 28 B in "), result.stdout
+    assert ["ssh", "head", "spark@10.0.0.2"] in calls and ["ssh", "10.0.0.2", "spark@10.0.1.3"] in calls
+    assert ["docker", "10.0.0.2", "save", IMAGE["tag"]] in calls
+    assert ["docker", "10.0.1.3", "load", f"the layers of {IMAGE['tag']}"] in calls
+    run_on_worker2 = [call for call in calls if call[:3] == ["docker", "10.0.1.3", "run"]]
+    assert len(run_on_worker2) == 1 and run_on_worker2[0][-3:] == [IMAGE["tag"], "-c", "import vllm"]
+    assert Path(marker).read_text().strip() == image_id
+    assert not any(call[:2] == ["docker", "head"] for call in calls)  # the head's link stays free
+
+
+def test_a_model_hop_from_a_worker_runs_model_sync_there_as_the_deploy_user(tmp_path):
+    """worker1 holds the model and the manifest, worker2 nothing: model_sync send runs on worker1
+    (not under sudo), bound to its rails, to worker2's; worker2 is last: it keeps no manifest."""
+    state = tmp_path / "state"
+    (state / "bin").mkdir(parents=True)
+    (state / "bin/model_sync.py").write_text(RECORDER.replace("os.path.basename(sys.argv[0])", "os.environ.get('NODE', 'head')"))
+    where = paths(str(state), "/m")
+    manifest = {"digest": "d" * 64, "files": 2, "bytes": 10, "source": HUB_MODEL}
+    done = {"exists": True, "free_bytes": 1 << 40, "manifest": manifest, "verified": "d" * 64, "changed": [], "token_mode": None,
+            "unreadable": []}
+    result, calls = hop_from_worker1(
+        tmp_path, "runtime.ModelState",
+        {"model": HUB_MODEL, "user": "spark", "state_dir": str(state), "model_dir": "/m", "image": IMAGE, "hf_endpoint": "http://hub",
+         "hf_token_file": "~/t", "container": NO_CONTAINER, "streams": 2, "verify_model": "size"},
+        {"script": where["model_sync"], "model_dir": "/m", "manifest": where["manifest"], "state": where["verified"], "user": "spark",
+         "token_file": "~/t"},
+        {**done, "verified": None}, done, {**done, "manifest": None, "verified": None})
+    assert result.returncode == 0, result.stderr
+    assert calls == [["ssh", "head", "spark@10.0.0.2"],
+                     ["10.0.0.2", "send", "--dir", "/m", "--manifest", where["manifest"], "--peer", "spark@10.0.0.3,spark@10.0.1.3",
+                      "--local", "10.0.0.2,10.0.1.2", "--remote-dir", "/m", "--remote-state", where["verified"],
+                      "--remote-script", where["model_sync"], "--streams", "2", "--progress", "10"]]
