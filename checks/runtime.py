@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from checks import FAIL, PASS, Check
 
-RERUN = "run the deploy again: it sends what the worker lacks"
+RERUN = "run the deploy again: it sends what a worker lacks"
 
 
 def image_check(name: str, tag: str, mine: dict, head_name: str | None, head: dict | None) -> Check:

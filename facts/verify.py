@@ -126,7 +126,7 @@ class Readiness(FactBase[Readings]):
 
 
 def api_reading(lines: list[str] | None) -> dict | None:
-    """The health probe's JSON line; None where no probe ran (the worker)."""
+    """The health probe's JSON line; None where no probe ran (a worker)."""
     if lines is None:
         return None
     try:

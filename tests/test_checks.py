@@ -121,7 +121,7 @@ def test_a_healthy_node_passes_everything():
     ({"image": ok(id=None, smoke_tested=None)}, f"runtime image {TAG}", "not on this node", "run the deploy again"),
     ({"image": ok(id=IMAGE_ID, smoke_tested=None)}, f"runtime image {TAG}", "has not passed its smoke test", "import vllm"),
     ({"image": ok(id="sha256:" + "a1" * 32, smoke_tested="sha256:" + "a1" * 32)}, f"runtime image {TAG}",
-     "sha256:a1a1a1a1a1a1 here, sha256:5e5e5e5e5e5e on spark-head", "it sends what the worker lacks"),
+     "sha256:a1a1a1a1a1a1 here, sha256:5e5e5e5e5e5e on spark-head", "it sends what a worker lacks"),
     ({"model": ok(exists=True, free_bytes=1, manifest=None, verified=None, changed=[], token_mode=None)}, "model copy",
      "not verified against the head's manifest", "run the deploy again"),
     ({"model": ok(exists=True, free_bytes=1, manifest=None, verified=DIGEST, changed=["model.safetensors"], token_mode=None)},
