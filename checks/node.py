@@ -87,15 +87,15 @@ def identity_checks(name: str, mine: dict, others: dict[str, dict | None]) -> li
     else:
         detail = f"{etc}, distinct from {', '.join(read)}" if read else etc
         checks = [Check(name, "machine id", PASS, detail + (f" ({', '.join(unread)} not read)" if unread else ""))]
-    shared = {}
+    shared: dict[str, list[str]] = {}  # the kinds of key, to the nodes that have the same
     for other, reading in read.items():
         theirs = reading["host_keys"]["fingerprints"]
-        kinds = sorted(kind for kind, fingerprint in mine["host_keys"]["fingerprints"].items() if theirs.get(kind) == fingerprint)
+        kinds = ", ".join(sorted(kind for kind, fingerprint in mine["host_keys"]["fingerprints"].items() if theirs.get(kind) == fingerprint))
         if kinds:
-            shared[other] = kinds
+            shared.setdefault(kinds, []).append(other)
     if shared:
         checks.append(Check(name, "SSH host keys", WARN,
-                            "; ".join(f"{', '.join(kinds)} shared with {other}" for other, kinds in shared.items()) + " (cloned image)",
+                            "; ".join(f"{kinds} shared with {', '.join(nodes)}" for kinds, nodes in shared.items()) + " (cloned image)",
                             "on each worker that shares them: sudo rm /etc/ssh/ssh_host_* && sudo dpkg-reconfigure openssh-server"))
     elif read:
         checks.append(Check(name, "SSH host keys", PASS, f"distinct from {', '.join(read)}"))

@@ -267,6 +267,8 @@ def test_any_two_nodes_with_one_machine_id_fail_naming_each_other():
     assert four_rows("spark-worker3", readings)["machine id"].detail == f"{'c' * 32} is also spark-worker1's"
     assert four_rows("spark-head", readings)["machine id"].status == PASS
     assert four_rows("spark-worker2", readings)["machine id"].status == PASS
+    cloned = four_readings(spark_worker1={"host_keys": PEER["host_keys"]}, spark_worker3={"host_keys": PEER["host_keys"]})
+    assert four_rows("spark-head", cloned)["SSH host keys"].detail == "ED25519 shared with spark-worker1, spark-worker3 (cloned image)"
 
 
 def test_a_worker_reads_the_image_against_the_heads_and_the_uid_against_every_node():
