@@ -7,15 +7,16 @@ from __future__ import annotations
 import yaml
 
 from checks import FAIL, PASS, Check
+from layout import CONTAINER, LABELS
 
-LOGS = "docker logs --tail 50 dual-spark-vllm"
+LOGS = f"docker logs --tail 50 {CONTAINER}"
 
 
 def installed_stack(compose: list[str] | None) -> str | None:
     """The stack hash the node's compose file labels its container with (None: no readable file)."""
     try:
         stack = yaml.safe_load("\n".join(compose or []))
-        return str(stack["services"]["vllm"]["labels"]["dual-spark.stack"])
+        return str(stack["services"]["vllm"]["labels"][LABELS["stack"]])
     except (yaml.YAMLError, KeyError, TypeError):
         return None
 

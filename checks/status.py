@@ -8,8 +8,9 @@ from datetime import datetime
 from checks import FAIL, PASS, WARN, Check
 from checks.fabric import link_check, roce_check
 from checks.node import NVML_FIXES
+from layout import CONTAINER
 
-LOGS = "docker logs --tail 100 dual-spark-vllm"
+LOGS = f"docker logs --tail 100 {CONTAINER}"
 UP = ("serving", "busy", "joined")  # the watchdog states of a side that serves
 HEALS = "the watchdogs restart the cluster on their own (workers first); if it persists, run the deploy"
 

@@ -11,11 +11,12 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from facts.combine import combined, part, split
 from facts.fabric import Rdma, RdmaDevices
+from layout import CONTAINER, LABELS
 
-CONTAINER = "dual-spark-vllm"
-INSPECT = ("{{.Id}}|{{.State.Status}}|{{.State.StartedAt}}|{{.RestartCount}}|{{index .Config.Labels \"dual-spark.stack\"}}|"
-           "{{index .Config.Labels \"dual-spark.profile\"}}|{{.Image}}|{{with index .State \"Health\"}}{{.Status}}{{end}}|"
-           "{{.State.ExitCode}}|{{.State.FinishedAt}}")
+LABEL = '{{index .Config.Labels "%s"}}'
+INSPECT = "|".join(["{{.Id}}", "{{.State.Status}}", "{{.State.StartedAt}}", "{{.RestartCount}}", LABEL % LABELS["stack"],
+                    LABEL % LABELS["profile"], "{{.Image}}", '{{with index .State "Health"}}{{.Status}}{{end}}', "{{.State.ExitCode}}",
+                    "{{.State.FinishedAt}}"])
 
 
 class Container(TypedDict):

@@ -24,11 +24,11 @@ from cluster import Cluster
 from facts.fabric import roce_v2_gid_index
 from facts.serving import ModelHeads, ServingState
 from facts.verify import api_reading
+from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, paths
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from operations.render import render, show_diff
-from operations.runtime import paths
 
-STAGING = "/run/dual-spark/stack-check"
+STAGING = f"{RUN_DIR}/stack-check"
 FILES = ("compose.yaml", "launch.sh")
 WATCHDOG = Path(__file__).resolve().parents[1] / "files/serving/watchdog.py"
 
@@ -37,7 +37,7 @@ def vllm_args(settings: dict) -> list[str]:
     """The `vllm serve` arguments of one node (FACTS.md's launch line), from its stack settings."""
     profile, model = settings["profile"], settings["model"]
     head = settings["role"] == "head"
-    args = ["/model", "--served-model-name", model["served_name"]]
+    args = [IN_CONTAINER["model"], "--served-model-name", model["served_name"]]
     if head:
         args += ["--host", settings["api_host"], "--port", str(settings["api_port"])]
     args += [
@@ -90,13 +90,13 @@ def stack_settings(cluster: Cluster, hostname: str) -> dict:
         "vllm_extra_args": settings["vllm_extra_args"], "serving_env": settings["serving_env"],
         "gpus": settings["container_gpus"], "devices": settings["container_devices"], "ulimits": settings["container_ulimits"],
         "mounts": settings["container_mounts"], "container_env": settings["container_env"], "model_dir": settings["model_dir"],
-        "stack_dir": settings["stack_dir"], "api_key_file": api_key_file(settings["state_dir"]), "health_script": where["health"],
+        "stack_dir": settings["stack_dir"], "api_key_file": where["api_key"], "health_script": where["health"],
         "deploy_user": cluster.deploy_user, "manifest": where["manifest"],
     }
 
 
 def api_key_file(state_dir: str) -> str:
-    return f"{state_dir}/api-key"
+    return paths(state_dir, "")["api_key"]
 
 
 def state_arguments(settings: dict) -> dict:
@@ -145,7 +145,7 @@ def compose_stack(settings: dict, env: dict[str, str], stack_hash: str, model_di
     """The node's compose stack as data: every value a site gives lands as a value, never as YAML."""
     role, profile = settings["role"], settings["profile"]
     service = {
-        "image": settings["image"]["tag"], "pull_policy": "never", "container_name": "dual-spark-vllm",
+        "image": settings["image"]["tag"], "pull_policy": "never", "container_name": CONTAINER,
         "restart": "unless-stopped", "init": True, "network_mode": "host", "ipc": "host", "shm_size": "64gb",
         "privileged": profile["privileged"],
     }
@@ -154,23 +154,24 @@ def compose_stack(settings: dict, env: dict[str, str], stack_hash: str, model_di
     if settings["devices"]:
         service["devices"] = [f"{device}:{device}" for device in settings["devices"]]
     service["ulimits"] = dict(settings["ulimits"])
-    service["labels"] = {"dual-spark.role": role, "dual-spark.profile": settings["profile_name"],
-                         "dual-spark.model": model_digest, "dual-spark.stack": stack_hash}
+    service["labels"] = {LABELS["role"]: role, LABELS["profile"]: settings["profile_name"],
+                         LABELS["model"]: model_digest, LABELS["stack"]: stack_hash}
+    inside = IN_CONTAINER
     service["volumes"] = [
-        f"{settings['model_dir']}:/model:ro", "./launch.sh:/dual-spark/launch.sh:ro",
-        f"{settings['health_script']}:/dual-spark/health.py:ro", f"{settings['watchdog_script']}:/dual-spark/watchdog.py:ro",
-        f"{settings['restarts_dir']}:/dual-spark/state",
-        *([f"{settings['api_key_file']}:/run/secrets/dual-spark-api-key:ro"] if role == "head" else []),
+        f"{settings['model_dir']}:{inside['model']}:ro", f"./launch.sh:{inside['launch']}:ro",
+        f"{settings['health_script']}:{inside['health']}:ro", f"{settings['watchdog_script']}:{inside['watchdog']}:ro",
+        f"{settings['restarts_dir']}:{inside['state']}",
+        *([f"{settings['api_key_file']}:{inside['api_key']}:ro"] if role == "head" else []),
         *(f"{path}:{path}:ro" for path in settings["mounts"]),
     ]
     service["environment"] = dict(env)
-    service["entrypoint"] = ["/dual-spark/launch.sh"]
+    service["entrypoint"] = [inside["launch"]]
     service["healthcheck"] = {
-        "test": ["CMD", settings["python"], "/dual-spark/watchdog.py", "check", "--ip", settings["rails"][0]["address"],
+        "test": ["CMD", settings["python"], inside["watchdog"], "check", "--ip", settings["rails"][0]["address"],
                  "--port", str(settings["watchdog_port"])],
         "interval": "15s", "timeout": "10s", "retries": 3,
     }
-    return {"name": "dual-spark", "services": {"vllm": service}}
+    return {"name": COMPOSE_PROJECT, "services": {"vllm": service}}
 
 
 def compose_file(settings: dict, env: dict[str, str], stack_hash: str, model_digest: str) -> str:

@@ -8,8 +8,7 @@ from pyinfra.api import operation
 from checks import Check
 from checks.status import status_checks
 from facts.status import ServingStatus
-from operations.runtime import paths
-from operations.serving import api_key_file
+from layout import paths
 from operations.verify import all_checks, answers, report, reports_here
 
 LOG_LINES = 12
@@ -21,7 +20,7 @@ def read_status(node) -> dict | None:
         return None
     data = node.data
     where = paths(data.state_dir, data.model_dir)
-    api = ({"health": where["health"], "url": f"http://{data.api_host}:{data.api_port}", "key_file": api_key_file(data.state_dir)}
+    api = ({"health": where["health"], "url": f"http://{data.api_host}:{data.api_port}", "key_file": where["api_key"]}
            if data.role == "head" else None)
     return node.get_fact(ServingStatus, watchdog=where["watchdog"], rail_ip=data.rails[0]["address"], port=data.watchdog_port,
                          state_file=f"{where['serving']}/{data.role}-starts", log_lines=LOG_LINES, api=api)
