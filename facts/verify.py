@@ -9,6 +9,7 @@ from typing import TypedDict
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
+from cluster import Cluster
 from facts.combine import combined, part, split
 from facts.fabric import DfPing, Links, NetLinks, Ping, Rdma, RdmaDevices
 from facts.gpu import GpuMemory, Memory
@@ -135,14 +136,14 @@ def api_reading(lines: list[str] | None) -> dict | None:
         return {"ok": False, "model": None, "max_model_len": None, "error": "the health probe printed nothing readable", "unreadable": lines}
 
 
-def ping_targets(cluster, name: str) -> list[tuple[int, str, str, str]]:
+def ping_targets(cluster: Cluster, name: str) -> list[tuple[int, str, str, str]]:
     """What ``name`` pings: every other node on every rail, as (rail index, netdev, other node,
     its address), rail by rail and the others in rank order."""
     return [(index, rail.netdev, other.hostname, str(other.rails[index].address.ip))
             for index, rail in enumerate(cluster.node(name).rails) for other in cluster.others(name)]
 
 
-def ssh_targets(cluster, name: str) -> list[tuple[str, str]]:
+def ssh_targets(cluster: Cluster, name: str) -> list[tuple[str, str]]:
     """Where ``name``'s deploy user must log in without a password, as (node, address) on every
     rail: the head to every worker, and each node to the next in the chain that replicates the
     model and the runtime image."""
