@@ -1,7 +1,8 @@
 """Data-driven operation tests, as pyinfra tests its own: tests/operations/<module>.<operation>/
-<case>.json holds the arguments, the host (and peer) with the facts the operation reads, and the
-commands it must yield, or the no-op description, or the error it must raise; with "diff": true,
-also the lines the diff prints ("printed").
+<case>.json holds the arguments, the host and the other nodes ("peer", "others") with the facts
+the operation reads, the "cluster" they form, and the commands it must yield, or the no-op
+description, or the error it must raise; with "diff": true, also the lines the diff prints
+("printed").
 
 A case need not repeat another: any object in it may name a ``"base"`` (a JSON file, relative to
 the case's folder; shared parts that are no case of their own live in a subfolder) and stands for
