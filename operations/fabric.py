@@ -14,13 +14,13 @@ from operations.render import render, show_diff
 STAGING_DIR = "/run/dual-spark/netplan-check"
 
 
-def render_netplan(hostname: str, peer: str, rails: list[dict], mtu: int) -> str:
+def render_netplan(hostname: str, others: list[str], rails: list[dict], mtu: int) -> str:
     """The fabric's netplan YAML from templates/fabric/netplan.yaml.j2."""
-    return render("fabric/netplan.yaml.j2", hostname=hostname, peer=peer, rails=rails, mtu=mtu)
+    return render("fabric/netplan.yaml.j2", hostname=hostname, others=others, rails=rails, mtu=mtu)
 
 
 @operation()
-def netplan_rails(path: str, rails: list[dict], mtu: int, hostname: str, peer: str):
+def netplan_rails(path: str, rails: list[dict], mtu: int, hostname: str, others: list[str]):
     """
     Install a netplan file for the fabric rails and apply it, only when it changed. The file is
     rendered from the rails, then checked by the real ``netplan generate`` beside the node's
@@ -32,14 +32,14 @@ def netplan_rails(path: str, rails: list[dict], mtu: int, hostname: str, peer: s
     + path: the netplan file (mode 600)
     + rails: the rails it configures (``netdev`` and ``cidr`` of each)
     + mtu: the MTU it sets on them
-    + hostname, peer: the two nodes, named in the file's header
+    + hostname, others: this node and the others of the cluster, named in the file's header
 
     **Example:**
 
     .. code:: python
 
         netplan_rails(path="/etc/netplan/40-dual-spark.yaml", rails=host.data.rails, mtu=9000,
-                      hostname="spark-head", peer="spark-worker")
+                      hostname="spark-head", others=["spark-worker"])
     """
     current = host.get_fact(FabricState, path=path)
     links = current["links"]["links"]
@@ -59,7 +59,7 @@ def netplan_rails(path: str, rails: list[dict], mtu: int, hostname: str, peer: s
         logger.warning(f"{host.print_prefix}NetworkManager manages {', '.join(managed)}: it may undo this netplan "
                        "file. Consider `nmcli device set <netdev> managed no`.")
 
-    content = render_netplan(hostname, peer, rails, mtu)
+    content = render_netplan(hostname, others, rails, mtu)
     installed = current["netplan"]["lines"]
     if installed == content.splitlines():
         if current["netplan"]["mode"] != "600":

@@ -5,8 +5,10 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
+from cluster import Cluster
 from facts.identity import MachineIds
-from operations.peer import acts_here, reachable_peer, warn_unreachable
+from operations.peer import acts_here, reachable, read_all, warn_unreachable
+from operations.render import listed
 
 BACKUP_DIR = "/root"
 
@@ -14,9 +16,11 @@ BACKUP_DIR = "/root"
 @operation()
 def distinct_machine_id(expected_hostname: str):
     """
-    On the worker: give it a new ``/etc/machine-id`` when it shares the head's, as cloned factory
-    images do (never the head's). Refuses unless the hostname is the expected one; backs up the
-    old ids under /root first; checks the new id differs. The node must then be rebooted for
+    On a worker: give it a new ``/etc/machine-id`` when it shares the head's or that of any
+    worker before it in rank order, as cloned factory images do (so the head never gets a new
+    one, and of nodes that share an id every one but the first keeps none of it). Every node is
+    read at the same time. Refuses unless the hostname is the expected one; backs up the old
+    ids under /root first; checks the new id differs. The node must then be rebooted for
     services to pick the new id up.
 
     + expected_hostname: the hostname this node must have
@@ -25,18 +29,24 @@ def distinct_machine_id(expected_hostname: str):
 
     .. code:: python
 
-        distinct_machine_id(expected_hostname="spark-worker")
+        distinct_machine_id(expected_hostname="spark-2")
     """
     if not acts_here("worker"):
         return
-    peer = reachable_peer()
-    if peer is None:
-        warn_unreachable("comparing machine ids")
-        return
-    mine = host.get_fact(MachineIds)
-    theirs = peer.get_fact(MachineIds)
-    if not mine["etc"] or mine["etc"] != theirs["etc"]:
-        host.noop(f"machine id differs from {peer.name}'s")
+    cluster: Cluster = host.data.cluster
+    me, others = cluster.node(host.name), cluster.others(host.name)
+    mine, *theirs = read_all(MachineIds, [reachable(node.hostname) for node in others])
+    same = [node for node, reading in zip(others, theirs) if mine["etc"] and reading is not None and reading["etc"] == mine["etc"]]
+    shared = [node.hostname for node in same if node.rank < me.rank]
+    if not shared:
+        before = [node for node in others if node.rank < me.rank]
+        unanswered = [node.hostname for node, reading in zip(others, theirs) if node.rank < me.rank and reading is None]
+        for name in unanswered:
+            warn_unreachable("comparing machine ids", name)
+        if not unanswered:
+            later = [node.hostname for node in same]
+            differs = f"{before[0].hostname}'s" if len(before) == 1 else f"those of {listed([node.hostname for node in before])}"
+            host.noop(f"machine id differs from {differs}" + (f"; {listed(later)}, later in rank, will get a new one" if later else ""))
         return
     if mine["hostname"] != expected_hostname:
         raise OperationError(
@@ -58,5 +68,5 @@ def distinct_machine_id(expected_hostname: str):
     )
     if dbus_is_a_copy:
         yield "cp /etc/machine-id /var/lib/dbus/machine-id"
-    logger.warning(f"{host.print_prefix}machine id {old} is shared with {peer.name}: a new one is written; "
+    logger.warning(f"{host.print_prefix}machine id {old} is shared with {listed(shared)}: a new one is written; "
                    "reboot this node afterwards (or run again with --data reboot_worker=true)")

@@ -31,6 +31,14 @@ def shell_lines(args: list[str]) -> list[str]:
 TEMPLATES.filters["shell_lines"] = shell_lines
 
 
+def listed(names: list[str]) -> str:
+    """Names as prose: ``a``, ``a and b``, ``a, b and c``."""
+    return " and ".join(filter(None, [", ".join(names[:-1]), names[-1]]))
+
+
+TEMPLATES.filters["listed"] = listed
+
+
 def render(template: str, **values) -> str:
     return TEMPLATES.get_template(template).render(**values)
 

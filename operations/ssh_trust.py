@@ -1,12 +1,16 @@
-"""Operations for the deploy user's passwordless SSH from the head to the worker over the fabric."""
+"""Operations for the deploy user's passwordless SSH over the fabric: from the head to every
+worker, and along the chain the runtime image and the model go down (each node to the next in
+rank order, ``Cluster.downstream``)."""
 
 from __future__ import annotations
 
 from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
+from cluster import Cluster, Node
 from facts.ssh_trust import KEY_NAME, SshTrust
-from operations.peer import acts_here, reachable_peer, warn_unreachable
+from operations.peer import reachable, read_all, warn_unreachable
+from operations.render import listed
 
 
 def _private_dir(user: str, path: str) -> StringCommand:
@@ -17,28 +21,48 @@ def _owned(user: str, path: str) -> StringCommand:
     return StringCommand("chown", QuoteString(f"{user}:"), QuoteString(path), "&&", "chmod", "600", QuoteString(path))
 
 
+def receivers(cluster: Cluster, node: Node) -> list[Node]:
+    """The nodes ``node`` logs in to over the fabric: every worker from the head, the next node
+    in rank order from a worker (none from the last)."""
+    if node.role == "head":
+        return list(cluster.workers)
+    return [downstream] if (downstream := cluster.downstream(node)) else []
+
+
+def senders(cluster: Cluster, node: Node) -> list[Node]:
+    """The nodes that log in to ``node`` over the fabric (those it is a receiver of), head first."""
+    return [other for other in cluster.nodes if node in receivers(cluster, other)]
+
+
 @operation()
-def head_trust(user: str, rails: list[dict], peer_rails: list[dict]):
+def known_receivers(user: str, rails: list[dict]):
     """
-    On the head: give ``user`` an ed25519 key pair (no passphrase) if it has none, and record
-    the worker's SSH host key at each of its fabric addresses. A rail whose link is not up is
-    skipped with a warning (verification says why).
+    On a node that logs in to others over the fabric (the head to every worker, a worker to the
+    next one in rank order): give ``user`` an ed25519 key pair (no passphrase) if it has none,
+    and record each of those nodes' SSH host key at each of its fabric addresses. A rail whose
+    link is not up here is skipped with a warning (verification says why); a node that does not
+    answer is left for the next run.
 
     + user: the deploy user
-    + rails: this node's rails (``netdev`` of each)
-    + peer_rails: the worker's rails, in the same order (``address`` of each)
+    + rails: this node's rails (``netdev`` of each), in the order of every node's
 
     **Example:**
 
     .. code:: python
 
-        head_trust(user="spark", rails=host.data.rails, peer_rails=host.data.peer_rails)
+        known_receivers(user="spark", rails=host.data.rails)
     """
-    if not acts_here("head"):
+    cluster: Cluster = host.data.cluster
+    targets = receivers(cluster, cluster.node(host.name))
+    if not targets:
+        host.noop("logs in to no other node")
         return
-    waiting = reachable_peer() is None
-    if waiting:
-        warn_unreachable("SSH trust with the worker")
+    answering = []
+    for target in targets:
+        if reachable(target.hostname) is None:
+            warn_unreachable("SSH trust", target.hostname)
+        else:
+            answering.append(target)
     trust = host.get_fact(SshTrust, user=user, netdevs=[rail["netdev"] for rail in rails])
     ssh_dir = f"{trust['home']}/.ssh"
     changed = False
@@ -48,13 +72,14 @@ def head_trust(user: str, rails: list[dict], peer_rails: list[dict]):
         yield StringCommand("sudo", "-n", "-u", QuoteString(user), "ssh-keygen", "-q", "-t", "ed25519", "-N", "''",
                             "-C", QuoteString(f"{user}@{host.name}"), "-f", QuoteString(f"{ssh_dir}/{KEY_NAME}"))
     missing = []
-    for rail, peer in zip(rails, peer_rails) if not waiting else ():
-        if peer["address"] in trust["known_hosts"]:
-            continue
-        if trust["operstate"].get(rail["netdev"]) != "up":
-            logger.warning(f"{host.print_prefix}{rail['netdev']} is not up: {peer['address']} not scanned")
-            continue
-        missing.append(peer["address"])
+    for target in answering:
+        for rail, address in zip(rails, target.fabric_addresses):
+            if address in trust["known_hosts"]:
+                continue
+            if trust["operstate"].get(rail["netdev"]) != "up":
+                logger.warning(f"{host.print_prefix}{rail['netdev']} is not up: {address} not scanned")
+                continue
+            missing.append(address)
     known_hosts = f"{ssh_dir}/known_hosts"
     for address in missing:
         changed = True
@@ -62,15 +87,19 @@ def head_trust(user: str, rails: list[dict], peer_rails: list[dict]):
                             '[ -n "$key" ]', "&&", "printf", "'%s\\n'", '"$key"', ">>", QuoteString(known_hosts))
     if missing:
         yield _owned(user, known_hosts)
-    if not changed and not waiting:
-        host.noop(f"{user} has a key and knows the worker at its reachable fabric addresses")
+    if not changed and len(answering) == len(targets):
+        names = [target.hostname for target in targets]
+        host.noop(f"{user} has a key and knows {listed(names)} at {'its' if len(names) == 1 else 'their'} "
+                  "reachable fabric addresses")
 
 
 @operation()
-def authorized_peer_key(user: str):
+def authorized_senders(user: str):
     """
-    On the worker: authorize the head's key for ``user``. The key is read from the head when
-    this runs, so a key the head generated earlier in the same run is the one authorized.
+    On a worker: authorize for ``user`` the key of every node that logs in to it (the head, and
+    the node before it in rank order). The keys are read from those nodes when this runs, so a
+    key one generated earlier in the same run is the one authorized. A node that does not
+    answer is left for the next run.
 
     + user: the deploy user
 
@@ -78,25 +107,35 @@ def authorized_peer_key(user: str):
 
     .. code:: python
 
-        authorized_peer_key(user="spark")
+        authorized_senders(user="spark")
     """
-    if not acts_here("worker"):
+    cluster: Cluster = host.data.cluster
+    nodes = senders(cluster, cluster.node(host.name))
+    if not nodes:
+        host.noop("no other node logs in to it")
         return
-    peer = reachable_peer()
-    if peer is None:
-        warn_unreachable("SSH trust with the head")
+    mine, *theirs = read_all(SshTrust, [reachable(node.hostname) for node in nodes], user=user, netdevs=[])
+    keys: dict[str, str] = {}  # key (or its stand-in) -> the first node with it
+    waiting = False
+    for node, trust in zip(nodes, theirs):
+        if trust is None:
+            warn_unreachable("SSH trust", node.hostname)
+            waiting = True
+            continue
+        key = trust["public_key"]
+        if key is None and host.state.is_executing:
+            raise OperationError(f"{node.hostname} has no SSH key for {user}. Fix: run the deploy again; the SSH "
+                                 f"trust step on {node.hostname} (its key) must pass first.")
+        if key not in mine["authorized_keys"]:
+            keys.setdefault(key or f"<the key {node.hostname} generates in this run>", node.hostname)
+    if not keys:
+        if not waiting:
+            whose = f"{nodes[0].hostname}'s key is" if len(nodes) == 1 else f"the keys of {listed([node.hostname for node in nodes])} are"
+            host.noop(f"{whose} authorized for {user}")
         return
-    key = peer.get_fact(SshTrust, user=user, netdevs=[])["public_key"]
-    mine = host.get_fact(SshTrust, user=user, netdevs=[])
-    if key and key in mine["authorized_keys"]:
-        host.noop(f"{peer.name}'s key is authorized for {user}")
-        return
-    if key is None and host.state.is_executing:
-        raise OperationError(f"{peer.name} has no SSH key for {user}. Fix: run the deploy again; the head's "
-                             "SSH trust step (its key) must pass first.")
     ssh_dir = f"{mine['home']}/.ssh"
     authorized = f"{ssh_dir}/authorized_keys"
     yield _private_dir(user, ssh_dir)
-    yield StringCommand("printf", "'%s\\n'", QuoteString(key or f"<the key {peer.name} generates in this run>"),
-                        ">>", QuoteString(authorized))
+    for key in keys:
+        yield StringCommand("printf", "'%s\\n'", QuoteString(key), ">>", QuoteString(authorized))
     yield _owned(user, authorized)

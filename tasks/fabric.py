@@ -1,4 +1,4 @@
-"""The QSFP fabric: both rails addressed, jumbo frames, from one netplan file of our own."""
+"""The QSFP fabric: every rail addressed, jumbo frames, from one netplan file of our own."""
 
 from pyinfra import host
 
@@ -10,5 +10,5 @@ netplan_rails(
     rails=host.data.rails,
     mtu=host.data.fabric_mtu,
     hostname=host.name,
-    peer=host.data.peer_name,
+    others=[node.hostname for node in host.data.cluster.others(host.name)],
 )

@@ -1,4 +1,4 @@
-"""Identity of cloned factory images: give the worker its own machine id (never the head)."""
+"""Identity of cloned factory images: give every worker a machine id of its own (never the head)."""
 
 from pyinfra import host
 from pyinfra.operations import server
@@ -6,7 +6,7 @@ from pyinfra.operations import server
 from operations.identity import distinct_machine_id
 
 repair = distinct_machine_id(
-    name="Give the worker a machine id of its own",
+    name="Give every worker a machine id of its own",
     expected_hostname=host.data.expected_hostname,
 )
 

@@ -1,16 +1,16 @@
-"""Passwordless SSH for the deploy user from the head to the worker over the fabric."""
+"""Passwordless SSH for the deploy user over the fabric: from the head to every worker, and from
+each node to the next in rank order (the chain the runtime image and the model go down)."""
 
 from pyinfra import host
 
-from operations.ssh_trust import authorized_peer_key, head_trust
+from operations.ssh_trust import authorized_senders, known_receivers
 
 user = host.data.deploy_user
 
-head_trust(
-    name=f"Give {user} on the head a key and record the worker's host key at its fabric addresses",
+known_receivers(
+    name=f"Give {user} a key and record the host keys of the nodes it logs in to at their fabric addresses",
     user=user,
     rails=host.data.rails,
-    peer_rails=host.data.peer_rails,
 )
 
-authorized_peer_key(name=f"Authorize the head's key for {user} on the worker", user=user)
+authorized_senders(name=f"Authorize for {user} the keys of the nodes that log in to it", user=user)

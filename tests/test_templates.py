@@ -1,6 +1,7 @@
 """The netplan template renders files that the real `netplan generate` accepts, and the
 networkd configuration it generates carries exactly the rails' addresses and MTU."""
 
+import hashlib
 import ipaddress
 import json
 import shutil
@@ -14,6 +15,7 @@ from operations.fabric import render_netplan
 from site_config import Rail
 
 NETPLAN = shutil.which("netplan") or "/usr/sbin/netplan"
+PAIR_NETPLAN_SHA256 = "3b37fadd354fb0c762845b5312dd24cb2139f12c6462718175854e3e021503ff"  # the pair's file before the cluster
 
 
 def rails(*specs):
@@ -34,7 +36,7 @@ def networkd(tmp_path: Path, netdev: str) -> str:
 
 @pytest.mark.parametrize("mtu", [9000, 1500])
 def test_two_rails_generate_for_networkd(tmp_path, mtu):
-    yaml = render_netplan("spark-head", "spark-worker", rails(
+    yaml = render_netplan("spark-head", ["spark-worker"], rails(
         ("enp1s0f0np0", "rocep1s0f0", "10.0.0.1/24"), ("enP2p1s0f0np0", "roceP2p1s0f0", "10.0.1.1/24")), mtu)
     result = generate(tmp_path, yaml)
     assert result.returncode == 0, result.stderr
@@ -48,8 +50,34 @@ def test_two_rails_generate_for_networkd(tmp_path, mtu):
         "10-netplan-enP2p1s0f0np0.network", "10-netplan-enp1s0f0np0.network"]
 
 
+def test_a_pair_file_is_what_it_was_before_the_cluster():
+    """A two-node site converges to the same netplan file byte for byte (the one the pair's deploy
+    wrote before the cluster model; its digest pinned)."""
+    yaml = render_netplan("spark-head", ["spark-worker"], rails(
+        ("enp1s0f0np0", "rocep1s0f0", "10.0.0.1/24"), ("enP2p1s0f0np0", "roceP2p1s0f0", "10.0.1.1/24")), 9000)
+    assert yaml.splitlines()[1] == "# The QSFP fabric of spark-head to spark-worker: one subnet per rail, no DHCP, jumbo frames."
+    assert hashlib.sha256(yaml.encode()).hexdigest() == PAIR_NETPLAN_SHA256
+
+
+def test_four_nodes_through_a_switch_generate_for_networkd(tmp_path):
+    """Each of four nodes on the switch subnets (one per rail) gets a file netplan accepts, naming
+    the other three; its networkd units carry its own addresses only."""
+    names = ["spark-1", "spark-2", "spark-3", "spark-4"]
+    for rank, name in enumerate(names):
+        yaml = render_netplan(name, names[:rank] + names[rank + 1:], rails(
+            ("enp1s0f1np1", "rocep1s0f1", f"192.168.100.{11 + rank}/24"), ("enP2p1s0f1np1", "roceP2p1s0f1", f"192.168.101.{11 + rank}/24")), 9000)
+        others = ", ".join(n for n in names if n != name).rsplit(", ", 1)
+        assert yaml.splitlines()[1] == f"# The QSFP fabric of {name} to {others[0]} and {others[1]}: one subnet per rail, no DHCP, jumbo frames."
+        root = tmp_path / name
+        result = generate(root, yaml)
+        assert result.returncode == 0, result.stderr
+        assert f"Address=192.168.100.{11 + rank}/24" in networkd(root, "enp1s0f1np1")
+        assert f"Address=192.168.101.{11 + rank}/24" in networkd(root, "enP2p1s0f1np1")
+        assert "MTUBytes=9000" in networkd(root, "enP2p1s0f1np1")
+
+
 def test_file_starts_with_the_managed_notice():
-    yaml = render_netplan("a", "b", rails(("enp1s0f0np0", "rocep1s0f0", "10.0.0.1/24")), 9000)
+    yaml = render_netplan("a", ["b"], rails(("enp1s0f0np0", "rocep1s0f0", "10.0.0.1/24")), 9000)
     assert yaml.startswith("# Managed by the dual-spark deploy")
     assert "optional: true" in yaml and "dhcp4: false" in yaml and "dhcp6: false" in yaml
 
@@ -57,7 +85,7 @@ def test_file_starts_with_the_managed_notice():
 def test_netplan_generate_rejects_what_it_should(tmp_path):
     """The check can fail: a rail with a bad prefix is refused by the real netplan."""
     bad = [{"netdev": "enp1s0f0np0", "cidr": "10.0.0.1/99"}]
-    result = generate(tmp_path, render_netplan("a", "b", bad, 9000))
+    result = generate(tmp_path, render_netplan("a", ["b"], bad, 9000))
     assert result.returncode != 0
     assert "prefix" in result.stderr.lower()
 
