@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from site_config import SiteError, load_site
+from site_config import MAX_NODES, SiteError, inventory_groups, load_site
 
 REPO = Path(__file__).resolve().parents[1]
 PYINFRA = Path(sys.executable).parent / "pyinfra"
@@ -55,7 +55,7 @@ BAD_CONFIGURATIONS = [
     ("placeholder left", 'user = "spark"', 'user = "CHANGE_ME"', [], "ssh.user"),
     ("two heads", 'role = "worker"', 'role = "head"', [], "node[1].role"),
     ("invalid address", 'address = "10.0.0.1/24"', 'address = "10.0.0.300/24"', [], "node[0].rail[0].address"),
-    ("duplicated address", 'address = "10.0.0.2/24"', 'address = "10.0.0.1/24"', [], "worker rail[0].address"),
+    ("duplicated address", 'address = "10.0.0.2/24"', 'address = "10.0.0.1/24"', [], "spark-b rail[0].address"),
     ("rail ends in two subnets", 'address = "10.0.0.2/24"', 'address = "10.0.7.2/24"', [], "rail[0].address"),
     ("one subnet for two rails", '"10.0.1.', '"10.0.0.1', [], "rail[1].address"),
     ("netdev name too long", 'netdev = "enp1s0f0np0"', 'netdev = "enp1s0f0np0-rail0"', [], "node[0].rail[0].netdev"),
@@ -64,10 +64,10 @@ BAD_CONFIGURATIONS = [
     ("MTU out of range", "", "\n[settings]\nfabric_mtu = 65000\n", [], "settings.fabric_mtu"),
     ("unknown profile override", "", "", ["--data", "profile=turbo"], "--data profile"),
     ("MTU override out of range", "", "", ["--data", "fabric_mtu=576"], "--data fabric_mtu"),
-    ("same hostnames", 'hostname = "spark-b"', 'hostname = "spark-a"', [], "node[].hostname"),
+    ("same hostnames", 'hostname = "spark-b"', 'hostname = "spark-a"', [], "node[rank 1].hostname"),
     ("fabric overlaps the LAN", 'ssh_host = "127.0.0.2"', 'ssh_host = "10.0.1.9"', [], "rail[1].address"),
     ("unknown setting", "", "\n[settings]\ncolour = 3\n", [], "settings.colour"),
-    ("rail counts differ", '\n[[node.rail]]\nnetdev = "enP2p1s0f0np0"\nrdma = "roceP2p1s0f0"\naddress = "10.0.1.2/24"\n', "\n", [], "node[].rail"),
+    ("rail counts differ", '\n[[node.rail]]\nnetdev = "enP2p1s0f0np0"\nrdma = "roceP2p1s0f0"\naddress = "10.0.1.2/24"\n', "\n", [], "spark-b rail"),
     ("bad GID index", 'address = "10.0.1.1/24"', 'address = "10.0.1.1/24"\ngid_index = 300', [], "node[0].rail[1].gid_index"),
 ]
 
@@ -171,6 +171,120 @@ def test_example_site_only_lacks_the_placeholders(tmp_path):
     for value in ("spark-a", "192.168.1.10", "spark-b", "192.168.1.11"):
         filled = filled.replace('"CHANGE_ME"', f'"{value}"', 1)
     site_file.write_text(filled)
-    site = load_site(site_file)
-    assert [rail["cidr"] for rail in site.inventory_groups()["worker"][0][1]["rails"]] == ["10.0.0.2/24", "10.0.1.2/24"]
+    cluster = load_site(site_file)
+    assert [rail["cidr"] for rail in inventory_groups(cluster)["worker"][0][1]["rails"]] == ["10.0.0.2/24", "10.0.1.2/24"]
 
+
+
+# -- N nodes -----------------------------------------------------------------------------------
+
+def node_text(index: int, fields: str = "", rails: tuple[int, ...] = (100, 101), host: int | None = None) -> str:
+    """Spark number ``index + 1``: spark-1 at 192.168.1.21, 192.168.<rail>.11 on each rail."""
+    host = 11 + index if host is None else host
+    text = f'\n[[node]]\nhostname = "spark-{index + 1}"\nssh_host = "192.168.1.{21 + index}"\n{fields}'
+    for rail, subnet in enumerate(rails):
+        text += (f'\n[[node.rail]]\nnetdev = "{("enp1s0f1np1", "enP2p1s0f1np1")[rail]}"\n'
+                 f'rdma = "{("rocep1s0f1", "roceP2p1s0f1")[rail]}"\naddress = "192.168.{subnet}.{host}/24"\n')
+    return text
+
+
+def cluster_site(tmp_path: Path, *nodes: str, topology: str = "switch", extra: str = "") -> Path:
+    site = tmp_path / "site.toml"
+    site.write_text(f'[ssh]\nuser = "spark"\n\n[settings]\ntopology = "{topology}"\n{extra}' + "".join(nodes))
+    return site
+
+
+def problems(site: Path) -> str:
+    with pytest.raises(SiteError) as error:
+        load_site(site)
+    return str(error.value)
+
+
+def test_four_sparks_through_a_switch_load_in_rank_order(tmp_path):
+    cluster = load_site(cluster_site(tmp_path, *(node_text(i) for i in range(4))))
+    assert [(node.rank, node.hostname, node.role) for node in cluster.nodes] == [
+        (0, "spark-1", "head"), (1, "spark-2", "worker"), (2, "spark-3", "worker"), (3, "spark-4", "worker")]
+    assert cluster.head.hostname == "spark-1" and [node.hostname for node in cluster.workers] == ["spark-2", "spark-3", "spark-4"]
+    assert cluster.size == 4 and cluster.topology == "switch" and cluster.master_addr == "192.168.100.11"
+    # The model and the image travel down a chain: each node has one sender, the one before it.
+    assert [getattr(cluster.upstream(node), "hostname", None) for node in cluster.nodes] == [None, "spark-1", "spark-2", "spark-3"]
+    assert [getattr(cluster.downstream(node), "hostname", None) for node in cluster.nodes] == ["spark-2", "spark-3", "spark-4", None]
+    assert (cluster.tensor_parallel, cluster.pipeline_parallel) == (4, 1)
+    groups = inventory_groups(cluster)
+    assert [name for name, _ in groups["head"]] == ["spark-1"]
+    assert [(name, data["rank"], data["role"]) for name, data in groups["worker"]] == [
+        ("spark-2", 1, "worker"), ("spark-3", 2, "worker"), ("spark-4", 3, "worker")]
+    assert [rail["cidr"] for rail in groups["worker"][2][1]["rails"]] == ["192.168.100.14/24", "192.168.101.14/24"]
+    assert all(data["cluster"] is cluster for _, data in groups["head"] + groups["worker"])
+
+
+def test_explicit_ranks_order_the_nodes_whatever_the_file_order(tmp_path):
+    nodes = [node_text(i, f"rank = {i}\n") for i in range(4)]
+    cluster = load_site(cluster_site(tmp_path, nodes[2], nodes[0], nodes[3], nodes[1]))
+    assert [node.hostname for node in cluster.nodes] == ["spark-1", "spark-2", "spark-3", "spark-4"]
+    assert [node.rank for node in cluster.nodes] == [0, 1, 2, 3]
+
+
+def pair_data(site: Path) -> dict:
+    """A pair's inventory as pyinfra receives it, the Cluster object left aside."""
+    groups = inventory_groups(load_site(site))
+    return {group: [(name, {k: v for k, v in data.items() if k != "cluster"}) for name, data in hosts] for group, hosts in groups.items()}
+
+
+def test_a_pair_site_of_before_loads_as_before_whatever_order_its_roles_come_in(tmp_path):
+    site = tmp_path / "site.toml"
+    site.write_text(GOOD_SITE.format(port=22))
+    data = pair_data(site)
+    [(head, head_data)], [(worker, worker_data)] = data["head"], data["worker"]
+    assert (head, head_data["rank"], head_data["role"], head_data["ssh_hostname"]) == ("spark-a", 0, "head", "127.0.0.1")
+    assert (worker, worker_data["rank"], worker_data["role"], worker_data["ssh_hostname"]) == ("spark-b", 1, "worker", "127.0.0.2")
+    assert worker_data["rails"] == [
+        {"netdev": "enp1s0f0np0", "rdma": "rocep1s0f0", "address": "10.0.0.2", "cidr": "10.0.0.2/24", "gid_index": "auto"},
+        {"netdev": "enP2p1s0f0np0", "rdma": "roceP2p1s0f0", "address": "10.0.1.2", "cidr": "10.0.1.2/24", "gid_index": "auto"}]
+    assert load_site(site).topology == "direct" and load_site(site).tensor_parallel == 2
+    head_first, worker_first = GOOD_SITE.format(port=22).split("\n[[node]]\n")[1:]
+    site.write_text(GOOD_SITE.format(port=22).split("\n[[node]]\n")[0] + "\n[[node]]\n" + worker_first + "\n[[node]]\n" + head_first)
+    assert pair_data(site) == data
+
+
+# (case, the nodes, topology, more of the site file, what the message must name)
+CLUSTER_MISTAKES = [
+    ("three nodes on one cable", [node_text(i) for i in range(3)], "direct", "", "settings.topology"),
+    ("a node missing a rail", [node_text(0), node_text(1), node_text(2, rails=(100,)), node_text(3)], "switch", "", "spark-3 rail"),
+    ("rail subnets differ", [node_text(0), node_text(1), node_text(2, rails=(100, 102)), node_text(3)], "switch", "", "rail[1].address"),
+    ("both rails in one subnet", [node_text(i, rails=(100, 100), host=11 + 2 * i) for i in range(4)], "switch", "", "rail[1].address"),
+    ("an address twice", [node_text(0), node_text(1), node_text(2, host=12), node_text(3)], "switch", "", "spark-3 rail[0].address"),
+    ("ranks not 0..N-1", [node_text(i, f"rank = {i + 1}\n") for i in range(4)], "switch", "", "node[].rank"),
+    ("a rank missing", [node_text(i, f"rank = {i}\n" if i else "") for i in range(4)], "switch", "", "node[].rank"),
+    ("two heads", [node_text(i, 'role = "head"\n' if i in (0, 2) else "") for i in range(4)], "switch", "", "node[2].role"),
+    ("the head's rank not 0", [node_text(i, f'rank = {i}\nrole = "{"worker" if i == 0 else "head" if i == 1 else "worker"}"\n')
+                               for i in range(4)], "switch", "", "node[0].role"),
+    ("TP x PP not the nodes", [node_text(i) for i in range(4)], "switch", "\n[profile.fast]\ntensor_parallel = 2\n",
+     "profile.fast.tensor_parallel"),
+    ("PP that leaves a node out", [node_text(i) for i in range(4)], "switch", "\n[profile.adaptive]\npipeline_parallel = 3\n",
+     "profile.adaptive.pipeline_parallel"),
+    (f"{MAX_NODES + 1} nodes", [node_text(i) for i in range(MAX_NODES + 1)], "switch", "", "node"),
+]
+
+
+@pytest.mark.parametrize("case, nodes, topology, extra, field", CLUSTER_MISTAKES, ids=[c[0] for c in CLUSTER_MISTAKES])
+def test_a_cluster_mistake_is_refused_naming_the_field(tmp_path, case, nodes, topology, extra, field):
+    assert f"- {field} = " in problems(cluster_site(tmp_path, *nodes, topology=topology, extra=extra))
+
+
+def test_three_sparks_split_a_model_into_three_pipeline_stages(tmp_path):
+    site = cluster_site(tmp_path, *(node_text(i) for i in range(3)),
+                        extra="\n[profile.adaptive]\ntensor_parallel = 1\npipeline_parallel = 3\n")
+    cluster = load_site(site)
+    assert (cluster.size, cluster.tensor_parallel, cluster.pipeline_parallel) == (3, 1, 3)
+    site.write_text(site.read_text().replace("tensor_parallel = 1\n", ""))
+    assert (load_site(site).tensor_parallel, load_site(site).pipeline_parallel) == (1, 3)  # TP follows: nodes / PP
+
+
+def test_the_four_node_example_is_valid_and_is_the_one_the_readme_shows():
+    example = REPO / "site.example-4.toml"
+    cluster = load_site(example)
+    assert [node.hostname for node in cluster.nodes] == ["spark-1", "spark-2", "spark-3", "spark-4"]
+    assert cluster.topology == "switch" and (cluster.tensor_parallel, cluster.pipeline_parallel) == (4, 1)
+    assert {str(rail.address.network) for node in cluster.nodes for rail in node.rails} == {"192.168.100.0/24", "192.168.101.0/24"}
+    assert example.read_text() in (REPO / "README.md").read_text()

@@ -15,6 +15,8 @@ from site_config import SiteError, default_settings, load_site
 from tests.test_site_config import GOOD_SITE
 
 GOOD = tomllib.loads(GOOD_SITE.format(port=22))
+THIRD = {"hostname": "spark-c", "ssh_host": "127.0.0.3",
+         "rail": [{**rail, "address": rail["address"].replace(".2/", ".3/")} for rail in GOOD["node"][1]["rail"]]}
 
 
 def toml_string(text: str) -> str:
@@ -75,7 +77,7 @@ def with_(path: str, value, base: dict | None = None) -> dict:
     for part in parents:
         table = table[int(part)] if isinstance(table, list) else table.setdefault(part, {})
     if isinstance(table, list):
-        table[int(last)] = value
+        table[int(last):int(last) + 1] = [value]  # one past the end appends
     else:
         table[last] = value
     return document
@@ -83,7 +85,14 @@ def with_(path: str, value, base: dict | None = None) -> dict:
 
 def test_the_good_site_and_the_toml_writer_agree(tmp_path):
     assert tomllib.loads(toml_text(GOOD)) == GOOD
-    assert load(tmp_path, GOOD).nodes["worker"].hostname == "spark-b"
+    cluster = load(tmp_path, GOOD)
+    assert [(node.rank, node.hostname) for node in cluster.nodes] == [(0, "spark-a"), (1, "spark-b")]
+
+
+def test_a_third_node_is_taken_through_a_switch(tmp_path):
+    """The control case of the three-node mistake below: the same nodes with topology = "switch"."""
+    cluster = load(tmp_path, with_("settings.topology", "switch", with_("node.2", THIRD)))
+    assert [node.hostname for node in cluster.nodes] == ["spark-a", "spark-b", "spark-c"] and cluster.tensor_parallel == 3
 
 
 def test_every_default_setting_is_declared_and_valid(tmp_path):
@@ -111,7 +120,13 @@ USER_MISTAKES = [
     (with_("profile", "fast"), "profile"),
     (with_("node", GOOD["node"][0]), "node"),
     (with_("node.0.rail", GOOD["node"][0]["rail"][0]), "node[0].rail"),
-    (with_("node.0", {k: v for k, v in GOOD["node"][0].items() if k != "role"}), "node[0].role"),
+    (with_("node.0.role", "worker"), "node[0].role"),
+    (with_("node.1.role", "head"), "node[1].role"),
+    (with_("node.0.rank", 0), "node[].rank"),
+    (with_("node.1.rank", 1, with_("node.0.rank", 1)), "node[].rank"),
+    (with_("node", [GOOD["node"][0]]), "node"),
+    (with_("node.2", THIRD), "settings.topology"),
+    (with_("profile.fast.tensor_parallel", 4), "profile.fast.tensor_parallel"),
     (with_("node.0.rail.0.gid_index", True), "node[0].rail[0].gid_index"),
     (with_("settings.serving_ready_timeout", 0), "settings.serving_ready_timeout"),
     (with_("settings.replication_streams", -1), "settings.replication_streams"),
@@ -124,7 +139,7 @@ USER_MISTAKES = [
     (with_("node.0.rail.0.address", "127.0.0.1/8"), "node[0].rail[0].address"),
     (with_("node.0.rail.0.address", "224.0.0.9/24"), "node[0].rail[0].address"),
     (with_("node.1.rail.1.address", "10.0.1.2/16", with_("node.0.rail.1.address", "10.0.1.1/16")), "rail[1].address"),
-    (with_("node.1.hostname", "SPARK-A"), "node[].hostname"),
+    (with_("node.1.hostname", "SPARK-A"), "node[rank 1].hostname"),
     (with_("profile.adaptive", {"env": {"X: 1\n    pid: host\n    cap_add: [ALL]\n#": "1"}}), "profile.adaptive.env"),
     (with_("profile.adaptive", {"env": {"NCCL_DEBUG": 1}}), "profile.adaptive.env.NCCL_DEBUG"),
     (with_("settings.serving_env", {"A": "1\n    pid: host"}), "settings.serving_env.A"),
