@@ -26,8 +26,13 @@ IN_CONTAINER = {
     "model": "/model",
 }
 
-# ssh from one node to another (the deploy user's key): never a prompt, a dead peer fails fast.
-SSH_OPTIONS = ["-o", "BatchMode=yes", "-o", "ConnectTimeout=5"]
+
+def ssh_options(connect_timeout: int = 5) -> list[str]:
+    """ssh from one node to another (the deploy user's key): never a prompt, a dead peer fails fast."""
+    return ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}"]
+
+
+SSH_OPTIONS = ssh_options()
 FABRIC_CIPHER = "aes128-gcm@openssh.com"  # node-to-node ssh over the fabric (the image stream, model_sync.py)
 
 
