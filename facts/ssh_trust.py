@@ -1,4 +1,4 @@
-"""The deploy user's SSH material, and whether it logs in to the peer over the fabric."""
+"""The deploy user's SSH material, and whether it logs in to another node over the fabric."""
 
 from __future__ import annotations
 
