@@ -1,4 +1,4 @@
-"""One chat request to the two Sparks' API, through an SSH tunnel to the head (the API listens
+"""One chat request to the Sparks' API, through an SSH tunnel to the head (the API listens
 on the head's loopback only), with the key read on the head and never printed.
 
     python -m bench.ask [--site site.toml] "Say hello in five words."
@@ -14,7 +14,7 @@ import click
 import requests
 
 from bench.serving import through_site
-from site_config import site_path
+from site_config import load_site, site_path
 
 
 @click.command()
@@ -25,7 +25,7 @@ from site_config import site_path
 def main(question: str, site_file: Path | None, max_tokens: int, accept_new_host_key: bool) -> None:
     """Ask the served model one question; print its answer."""
     with ExitStack() as stack:
-        url, key, identity = through_site(stack, site_file or site_path(), accept_new_host_key)
+        url, key, identity = through_site(stack, load_site(site_file or site_path()), accept_new_host_key)
         headers = {"Authorization": f"Bearer {key}"}
         model = requests.get(f"{url}/v1/models", headers=headers, timeout=30).json()["data"][0]["id"]
         started = time.monotonic()

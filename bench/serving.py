@@ -1,4 +1,4 @@
-"""Serving benchmark against any OpenAI-compatible endpoint (vLLM on the two Sparks).
+"""Serving benchmark against any OpenAI-compatible endpoint (vLLM on the Sparks).
 
 For each prompt size (in the server's tokens, counted by its /tokenize; by default the published
 runs' 9,028 / 176,617 / 264,985): C1 = N requests one after another, and for each wider

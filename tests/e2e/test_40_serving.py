@@ -49,7 +49,7 @@ def api(serving):
     from bench.serving import through_site
 
     with ExitStack() as stack:
-        url, key, _ = through_site(stack, SITE, accept_new=False)
+        url, key, _ = through_site(stack, load_site(SITE), accept_new=False)
         yield url, key
 
 
