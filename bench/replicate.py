@@ -6,7 +6,7 @@ project's, `model_sync.py send` over every rail with parallel verified streams, 
 runs it; then (b) once more, which must move nothing. Prints MiB/s and the ratio.
 
 With three nodes or more, (c) the copy goes on down the chain as the deploy sends it (rank r to
-r+1, from the copy r verified, its manifest kept), and the bench reports the bytes each node's
+r+1, from the copy r verified, the head's manifest on its stdin), and the bench reports the bytes each node's
 fabric link carried each way (its rails' counters in /proc/net/dev, before (b) and after the last
 hop: none should carry more than 1.05x the bytes) and the chain's time against (b), one pair's
 copy of the same bytes. Raw JSON in bench/results/. Uses scratch directories under /var/tmp on
@@ -86,13 +86,13 @@ def carried(before: dict, after: dict, size: int) -> dict[str, dict]:
     return moved
 
 
-def send(script: str, user: str, sender: Node, receiver: Node, src: str, manifest: str, streams: int, keep_manifest: bool) -> str:
+def send(script: str, user: str, sender: Node, receiver: Node, src: str, manifest: str, streams: int) -> str:
     """model_sync send from ``sender`` to ``receiver`` into the scratch directory there, as the deploy runs it."""
     return (f"python3 {shlex.quote(script)} send --dir {src} --manifest {manifest} "
             f"--peer {','.join(f'{user}@{rail.address.ip}' for rail in receiver.rails)} "
             f"--local {','.join(str(rail.address.ip) for rail in sender.rails)} "
             f"--remote-dir {SCRATCH}/sync --remote-state {SCRATCH}/sync-verified.json --remote-script {shlex.quote(script)} "
-            + (f"--remote-manifest {SCRATCH}/manifest.json " if keep_manifest else "") + f"--streams {streams}")
+            f"--streams {streams}")
 
 
 @click.command()
@@ -115,7 +115,7 @@ def main(site: Path | None, gib: float, shard_mib: int, streams: int | None, acc
     chain = cluster.size > 2
     worker_ssh = f"{user}@{worker.rails[0].address.ip}"
     on_worker = f"ssh -o BatchMode=yes {worker_ssh}"
-    pair_send = send(script, user, head, worker, src, manifest, streams, keep_manifest=chain)
+    pair_send = send(script, user, head, worker, src, manifest, streams)
     started = datetime.now(UTC)
     with head_of(cluster, accept_new_host_key) as client:
         try:
@@ -139,8 +139,9 @@ def main(site: Path | None, gib: float, shard_mib: int, streams: int | None, acc
             for receiver in cluster.workers[1:]:
                 sender = cluster.upstream(receiver)
                 click.echo(f"--> (c) model_sync from {sender.hostname} to {receiver.hostname}, from its verified copy")
-                hop = send(script, user, sender, receiver, f"{SCRATCH}/sync", manifest, streams, cluster.downstream(receiver) is not None)
-                seconds, output = timed(client, f"{on(user, sender)}{shlex.quote(hop)}", f"model_sync {sender.hostname} -> {receiver.hostname}")
+                hop = send(script, user, sender, receiver, f"{SCRATCH}/sync", "/dev/stdin", streams)
+                seconds, output = timed(client, f"{on(user, sender)}{shlex.quote(hop)} < {manifest}",
+                                        f"model_sync {sender.hostname} -> {receiver.hostname}")
                 hops.append({"from": sender.hostname, "to": receiver.hostname, "seconds": round(seconds, 2),
                              "bytes_moved": last_json(output)["bytes"]})
             after = links(client, user, cluster) if chain else {}

@@ -132,12 +132,13 @@ def down_the_chain(cluster: Cluster, readings: dict[str, dict | None], done: Cal
     return receivers
 
 
-def from_upstream(sender: Node, user: str, command: StringCommand) -> StringCommand:
-    """``command``, written to run on the head, run on ``sender`` instead: as it is on the head;
-    on a worker, over SSH from the head (the deploy user, the first of the worker's rails that answers)."""
+def from_upstream(sender: Node, user: str, command: StringCommand, stdin: str | None = None) -> StringCommand:
+    """``command`` run on ``sender``: as it is on the head; on a worker, over SSH from the head (as
+    the deploy user, over the first of the worker's rails that answers), with the head's file
+    ``stdin`` on its stdin."""
     if sender.rank == 0:
         return command
-    return on_node(sender.rail_data, user, "w " + shlex.quote(command.get_raw_value()))
+    return on_node(sender.rail_data, user, "w " + shlex.quote(command.get_raw_value()) + (f" < {shlex.quote(stdin)}" if stdin else ""))
 
 
 @operation()
@@ -223,8 +224,8 @@ def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, 
     inside the runtime image, or copied from a directory on the head) and write its SHA-256
     manifest; then pass it down the chain of ranks: rank r copies to rank r+1 what r+1 lacks, over
     every rail at once with parallel streams, checked chunk by chunk against the manifest there
-    and recorded as verified only when complete, before r+1 sends it on (a worker that sends
-    keeps the manifest beside its copy). A re-run with every node matching (sizes and times
+    and recorded as verified only when complete, before r+1 sends it on (from its verified copy,
+    with the head's manifest on its stdin). A re-run with every node matching (sizes and times
     against the manifest and each worker's verified record) fetches, hashes and moves nothing;
     ``verify_model="full"`` hashes every file on every node again. The head drives every hop.
 
@@ -277,10 +278,8 @@ def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, 
         yield FunctionCommand(streamed, (StringCommand(*hashing, *(["--full"] if full else [])),), {})
 
     def done(node: Node, reading: dict) -> bool:
-        """Verified against the head's manifest, unchanged since; and holding the manifest if it sends."""
-        sends = cluster.downstream(node) is not None
-        return (head_done and reading["verified"] == manifest["digest"] and not reading["changed"]
-                and (not sends or (reading["manifest"] or {}).get("digest") == manifest["digest"]))
+        """Verified against the head's manifest, and unchanged since."""
+        return head_done and reading["verified"] == manifest["digest"] and not reading["changed"]
 
     receivers = down_the_chain(cluster, readings, done, "replicating the model")
     if not receivers:
@@ -295,15 +294,14 @@ def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, 
     for node in receivers:
         sender = cluster.upstream(node)
         send = ["python3", QuoteString(where["model_sync"]), "send", "--dir", QuoteString(model_dir),
-                "--manifest", QuoteString(where["manifest"]),
+                "--manifest", QuoteString(where["manifest"] if sender.rank == 0 else "/dev/stdin"),
                 "--peer", QuoteString(",".join(f"{user}@{address}" for address in node.fabric_addresses)),
                 "--local", QuoteString(",".join(sender.fabric_addresses)),
                 "--remote-dir", QuoteString(model_dir), "--remote-state", QuoteString(where["verified"]),
-                "--remote-script", QuoteString(where["model_sync"]),
-                *(["--remote-manifest", QuoteString(where["manifest"])] if cluster.downstream(node) else []),
-                "--streams", str(int(streams)), "--progress", str(PROGRESS_EVERY), *(["--full"] if full else [])]
+                "--remote-script", QuoteString(where["model_sync"]), "--streams", str(int(streams)),
+                "--progress", str(PROGRESS_EVERY), *(["--full"] if full else [])]
         command = StringCommand("sudo", "-n", "-u", QuoteString(user), *send) if sender.rank == 0 else StringCommand(*send)
-        yield FunctionCommand(streamed, (from_upstream(sender, user, command),), {})
+        yield FunctionCommand(streamed, (from_upstream(sender, user, command, stdin=where["manifest"]),), {})
 
 
 def fetch(model: dict, user: str, where: dict, model_dir: str, image: dict, hf_endpoint: str, hf_token_file: str,

@@ -252,18 +252,31 @@ def test_every_rail_carries_its_share_with_fewer_chunks_than_streams(model, tmp_
     assert min(result["bytes_by_rail"].values()) >= 3 << 20, result["bytes_by_rail"]
 
 
-def test_a_worker_that_kept_the_manifest_sends_the_model_on(model, tmp_path):
-    """The chain: the head sends to the first worker, which keeps the manifest (--remote-manifest);
-    that worker then sends from its copy to the next, which verifies every chunk against it."""
+
+def test_a_worker_sends_its_verified_copy_on_with_the_heads_manifest_on_stdin(model, tmp_path):
+    """The chain: the head sends to the first worker, which then sends from its copy to the next,
+    reading the head's manifest from stdin as the head passes it along; the next checks every
+    chunk against it. A copy that differs from the manifest arrives corrupted, and is said."""
     manifest(model)
     first, second = tmp_path / "worker1", tmp_path / "worker2"
-    kept = tmp_path / "worker1.manifest.json"
-    run("send", "--dir", model, "--manifest", model.parent / "manifest.json", "--peer", "u@127.0.0.2", "--local", "127.0.0.1",
-        "--remote-dir", first, "--remote-state", first / ".dual-spark-verified.json", "--remote-manifest", kept)
-    assert json.loads(kept.read_text()) == json.loads((model.parent / "manifest.json").read_text())
-    hop = run("send", "--dir", first, "--manifest", kept, "--peer", "u@127.0.0.3,u@127.0.0.4", "--local", "127.0.0.2,127.0.0.2",
-              "--remote-dir", second, "--remote-state", second / ".dual-spark-verified.json", "--streams", "2")
-    assert hop["bytes"] == sum(p.stat().st_size for p in model.rglob("*") if p.is_file()) and same_tree(model, second)
-    assert sorted(p.name for p in tmp_path.glob("*.json")) == ["manifest.json", "worker1.manifest.json"]  # the last keeps none
+    send(model, first)
+    env = {**os.environ, "PATH": f"{REPO / 'tests/model_sync'}:{os.environ['PATH']}"}
+
+    def hop(check=True):
+        with open(model.parent / "manifest.json") as head_manifest:
+            result = subprocess.run(
+                [sys.executable, str(PROGRAM), "send", "--dir", str(first), "--manifest", "/dev/stdin", "--peer", "u@127.0.0.3,u@127.0.0.4",
+                 "--local", "127.0.0.2,127.0.0.2", "--remote-dir", str(second), "--remote-state", str(second / ".dual-spark-verified.json"),
+                 "--streams", "2"], stdin=head_manifest, capture_output=True, text=True, env=env, timeout=120)
+        assert result.returncode == 0 or not check, result.stderr
+        return result
+
+    moved = json.loads(hop().stdout.splitlines()[-1])
+    assert moved["bytes"] == sum(p.stat().st_size for p in model.rglob("*") if p.is_file()) and same_tree(model, second)
     status = run("status", "--dir", second, "--state", second / ".dual-spark-verified.json")
-    assert status["verified"] == json.loads(kept.read_text())["digest"] and status["changed"] == []
+    assert status["verified"] == json.loads((model.parent / "manifest.json").read_text())["digest"] and status["changed"] == []
+    with open(first / "model-00001.safetensors", "r+b") as handle:
+        handle.write(b"rot on the sender")
+    os.truncate(second / "model-00001.safetensors", 1 << 20)
+    spoiled = hop(check=False)
+    assert spoiled.returncode == 1 and "model-00001.safetensors chunk 0 arrives corrupted" in spoiled.stderr, spoiled.stderr

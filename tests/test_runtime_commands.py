@@ -184,14 +184,16 @@ def test_an_image_hop_from_a_worker_streams_from_it_to_the_next_and_tests_it_the
 
 
 def test_a_model_hop_from_a_worker_runs_model_sync_there_as_the_deploy_user(tmp_path):
-    """worker1 holds the model and the manifest, worker2 nothing: model_sync send runs on worker1
-    (not under sudo), bound to its rails, to worker2's; worker2 is last: it keeps no manifest."""
+    """worker1 holds the model, verified, worker2 nothing: model_sync send runs on worker1 (not
+    under sudo), bound to its rails, to worker2's, the head's manifest on its stdin."""
     state = tmp_path / "state"
     (state / "bin").mkdir(parents=True)
-    (state / "bin/model_sync.py").write_text(RECORDER.replace("os.path.basename(sys.argv[0])", "os.environ.get('NODE', 'head')"))
+    (state / "bin/model_sync.py").write_text(RECORDER.replace("os.path.basename(sys.argv[0]), *sys.argv[1:]",
+                                                              "os.environ.get('NODE', 'head'), *sys.argv[1:], sys.stdin.read()"))
     where = paths(str(state), "/m")
+    Path(where["manifest"]).write_text('{"digest": "the head\'s manifest"}')
     manifest = {"digest": "d" * 64, "files": 2, "bytes": 10, "source": HUB_MODEL}
-    done = {"exists": True, "free_bytes": 1 << 40, "manifest": manifest, "verified": "d" * 64, "changed": [], "token_mode": None,
+    done = {"exists": True, "free_bytes": 1 << 40, "manifest": None, "verified": "d" * 64, "changed": [], "token_mode": None,
             "unreadable": []}
     result, calls = hop_from_worker1(
         tmp_path, "runtime.ModelState",
@@ -199,9 +201,9 @@ def test_a_model_hop_from_a_worker_runs_model_sync_there_as_the_deploy_user(tmp_
          "hf_token_file": "~/t", "container": NO_CONTAINER, "streams": 2, "verify_model": "size"},
         {"script": where["model_sync"], "model_dir": "/m", "manifest": where["manifest"], "state": where["verified"], "user": "spark",
          "token_file": "~/t"},
-        {**done, "verified": None}, done, {**done, "manifest": None, "verified": None})
+        {**done, "manifest": manifest, "verified": None}, done, {**done, "verified": None})
     assert result.returncode == 0, result.stderr
     assert calls == [["ssh", "head", "spark@10.0.0.2"],
-                     ["10.0.0.2", "send", "--dir", "/m", "--manifest", where["manifest"], "--peer", "spark@10.0.0.3,spark@10.0.1.3",
+                     ["10.0.0.2", "send", "--dir", "/m", "--manifest", "/dev/stdin", "--peer", "spark@10.0.0.3,spark@10.0.1.3",
                       "--local", "10.0.0.2,10.0.1.2", "--remote-dir", "/m", "--remote-state", where["verified"],
-                      "--remote-script", where["model_sync"], "--streams", "2", "--progress", "10"]]
+                      "--remote-script", where["model_sync"], "--streams", "2", "--progress", "10", '{"digest": "the head\'s manifest"}']]

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 # Managed by the dual-spark deploy (tasks/runtime.py): edits here are overwritten.
-"""The model's bytes, fetched once and copied from node to node over the fabric, verified.
+"""The model's bytes, fetched once and copied to the worker over the fabric, verified.
 
     model_sync.py claim --dir D [--manifest M] [--state S]
         Make D a directory the deploy may clean: create it, or take it if it holds the marker
@@ -16,17 +16,15 @@
         (worker) by size and mtime, and the free space.
     model_sync.py send --dir D --manifest M --peer USER@ADDR[,USER@ADDR] --local ADDR[,ADDR]
                   --remote-dir D --remote-state S [--streams N] [--full] [--remote-script PATH]
-                  [--remote-manifest PATH]
-        Copy what the receiving node (the worker next in the chain) lacks over every reachable
-        rail at once, with N parallel TCP streams per rail bound to this node's fabric addresses
-        (a random token admits them; SSH carries only the control messages). The receiver checks
-        each chunk's SHA-256 as it lands, writes files as *.dsp-part and renames them only when
-        every chunk matches, then records them as verified (and, with --remote-manifest, keeps
-        the manifest there, so that it can send them on in turn). A cut transfer resumes: chunks
-        already right are not sent again. D and M are the head's, or a worker's that received
-        them with its manifest kept.
-    model_sync.py receive --dir D --state S [--manifest M]
-        The receiver's side of send, started by it over SSH. It claims D first (see claim).
+        Copy what the worker lacks over every reachable rail at once, with N parallel TCP
+        streams per rail bound to the point-to-point fabric addresses (a random token admits
+        them; SSH carries only the control messages). The worker checks each chunk's SHA-256 as
+        it lands, writes files as *.dsp-part and renames them only when every chunk matches, then
+        records them as verified. A cut transfer resumes: chunks already right are not sent again.
+        A worker passes the model on down the chain from its verified copy the same way, the
+        head's manifest on its stdin (--manifest /dev/stdin, sent along by the head).
+    model_sync.py receive --dir D --state S
+        The worker's side of send, started by it over SSH. It claims D first (see claim).
 
 manifest and send take --progress SECONDS: then they print a progress line that often while
 they run (progress.py, beside this file) and end with a summary line for people, not JSON.
@@ -250,8 +248,8 @@ def changed(root: Path, recorded: dict[str, tuple[int, int]]) -> list[str]:
 class Receiver:
     """The worker's side: plans what is missing, takes verified chunks from the streams."""
 
-    def __init__(self, root: Path, state_path: Path, manifest_path: Path | None = None):
-        self.root, self.state_path, self.manifest_path = root, state_path, manifest_path
+    def __init__(self, root: Path, state_path: Path):
+        self.root, self.state_path = root, state_path
         self.lock = threading.Lock()
         self.fds: dict[str, int] = {}
         self.pending: dict[str, set[int]] = {}
@@ -260,7 +258,6 @@ class Receiver:
         self.failure: str | None = None
 
     def plan(self, record: dict, full: bool, budget_check: bool = True) -> list[tuple[str, int]]:
-        self.record = record
         self.files = record["files"]
         self.digest = record["digest"]
         state = read_json(self.state_path) or {}
@@ -363,9 +360,6 @@ class Receiver:
             self.done.set()
 
     def _record(self) -> None:
-        """The verified record; first the manifest, where this node keeps one to send the model on."""
-        if self.manifest_path is not None:
-            write_json(self.manifest_path, self.record)
         files = {}
         for name in self.files:
             stat = (self.root / name).stat()
@@ -373,10 +367,10 @@ class Receiver:
         write_json(self.state_path, {"digest": self.digest, "files": files})
 
 
-def receive(root: Path, state_path: Path, manifest_path: Path | None = None) -> None:
+def receive(root: Path, state_path: Path) -> None:
     """Control messages on stdin/stdout (JSON lines); data on TCP streams over the rails."""
     request = json.loads(sys.stdin.readline())
-    receiver = Receiver(root, state_path, manifest_path)
+    receiver = Receiver(root, state_path)
     try:
         needed = receiver.plan(request["manifest"], request["full"])
     except SyncError as error:
@@ -441,16 +435,14 @@ def receive(root: Path, state_path: Path, manifest_path: Path | None = None) -> 
 # -- send (head) -----------------------------------------------------------------------------
 
 def send(root: Path, manifest_path: Path, peers: list[str], local: list[str], remote_dir: str, remote_state: str,
-         streams: int, full: bool, remote_script: str = REMOTE_SCRIPT, every: float | None = None,
-         remote_manifest: str | None = None) -> dict:
+         streams: int, full: bool, remote_script: str = REMOTE_SCRIPT, every: float | None = None) -> dict:
     started = time.monotonic()
     record = read_json(manifest_path)
     if not record:
         raise SyncError(f"no manifest at {manifest_path}: hash the model first (model_sync.py manifest)")
     control, via = None, None
     for peer in peers:
-        command = [*SSH, peer, "python3", remote_script, "receive", "--dir", remote_dir, "--state", remote_state,
-                   *(["--manifest", remote_manifest] if remote_manifest else [])]
+        command = [*SSH, peer, "python3", remote_script, "receive", "--dir", remote_dir, "--state", remote_state]
         process = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         token = secrets.token_hex(16)
         try:
@@ -532,6 +524,7 @@ def transfer(root: Path, record: dict, needed: list, routes: list, streams: int,
     settled = threading.Semaphore(0)  # one release per stream, connected or failed
     outstanding = {"chunks": len(needed)}
     failures: list[str] = []
+    corrupted: list[str] = []  # a chunk the sender's copy cannot give right: the transfer stops
 
     def take(rail: int):
         with lock:
@@ -584,7 +577,8 @@ def transfer(root: Path, record: dict, needed: list, routes: list, streams: int,
                     with lock:
                         shares[rail].append((name, index, attempt + 1))
                 else:
-                    failures.append(f"{name} chunk {index} arrives corrupted at {address} every time")
+                    corrupted.append(f"{name} chunk {index} arrives corrupted at {address} every time")
+                    failures.append(corrupted[-1])
                     with lock:
                         outstanding["chunks"] = 0
                     return
@@ -602,7 +596,7 @@ def transfer(root: Path, record: dict, needed: list, routes: list, streams: int,
     gate.set()
     for thread in live:
         thread.join()
-    if any(shares) or outstanding["chunks"] or (failures and not sent["bytes"]):
+    if corrupted or any(shares) or outstanding["chunks"] or (failures and not sent["bytes"]):
         raise SyncError("; ".join(sorted(set(failures)))[:500] or "no stream could send")
     for failure in sorted(set(failures)):
         warn(f"a stream failed and its chunks went over the others: {failure}")
@@ -628,7 +622,6 @@ def main() -> None:
     r = commands.add_parser("receive")
     r.add_argument("--dir", type=Path, required=True)
     r.add_argument("--state", type=Path, required=True)
-    r.add_argument("--manifest", type=Path, help="keep the manifest received here (a node that sends the model on)")
     t = commands.add_parser("send")
     t.add_argument("--dir", type=Path, required=True)
     t.add_argument("--manifest", type=Path, required=True)
@@ -638,8 +631,7 @@ def main() -> None:
     t.add_argument("--remote-state", required=True)
     t.add_argument("--streams", type=int, default=4)
     t.add_argument("--full", action="store_true")
-    t.add_argument("--remote-script", default=REMOTE_SCRIPT, help="where this program is on the receiver")
-    t.add_argument("--remote-manifest", help="where the receiver keeps the manifest, to send the model on in turn")
+    t.add_argument("--remote-script", default=REMOTE_SCRIPT, help="where this program is on the worker")
     t.add_argument("--progress", type=float, metavar="SECONDS", help="a progress line this often; a summary line, not JSON")
     args = parser.parse_args()
     try:
@@ -651,11 +643,11 @@ def main() -> None:
         elif args.command == "status":
             result = status(args.dir, args.manifest, args.state)
         elif args.command == "receive":
-            receive(args.dir, args.state, args.manifest)
+            receive(args.dir, args.state)
             return
         else:
             result = send(args.dir, args.manifest, args.peer.split(","), args.local.split(","), args.remote_dir,
-                          args.remote_state, args.streams, args.full, args.remote_script, args.progress, args.remote_manifest)
+                          args.remote_state, args.streams, args.full, args.remote_script, args.progress)
     except SyncError as error:
         print(f"model_sync: {error}", file=sys.stderr)
         sys.exit(1)

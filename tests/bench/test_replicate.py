@@ -52,13 +52,13 @@ FOUR = cluster_of({"nodes": [{"hostname": f"n{rank}", "ssh_host": f"192.168.1.{1
     {"netdev": RAILS[1], "rdma": "r1", "address": f"10.0.1.{rank + 1}/24"}]} for rank in range(4)]})
 
 
-def test_the_pairs_send_is_as_before_and_a_node_that_sends_on_keeps_the_manifest():
+def test_the_pairs_send_is_as_before_and_a_worker_sends_from_its_copy():
     head, w1, w2, w3 = FOUR.nodes
     script = "/var/lib/dual-spark/bin/model_sync.py"
     pair = (f"python3 {script} send --dir {SCRATCH}/src --manifest {SCRATCH}/manifest.json --peer spark@10.0.0.2,spark@10.0.1.2 "
             f"--local 10.0.0.1,10.0.1.1 --remote-dir {SCRATCH}/sync --remote-state {SCRATCH}/sync-verified.json "
             f"--remote-script {script} --streams 4")
-    assert send(script, "spark", head, w1, f"{SCRATCH}/src", f"{SCRATCH}/manifest.json", 4, keep_manifest=False) == pair
-    hop = send(script, "spark", w2, w3, f"{SCRATCH}/sync", f"{SCRATCH}/manifest.json", 4, keep_manifest=True)
+    assert send(script, "spark", head, w1, f"{SCRATCH}/src", f"{SCRATCH}/manifest.json", 4) == pair
+    hop = send(script, "spark", w2, w3, f"{SCRATCH}/sync", "/dev/stdin", 4)
+    assert hop.startswith(f"python3 {script} send --dir {SCRATCH}/sync --manifest /dev/stdin ")
     assert "--peer spark@10.0.0.4,spark@10.0.1.4 --local 10.0.0.3,10.0.1.3 " in hop
-    assert f"--remote-manifest {SCRATCH}/manifest.json --streams 4" in hop
