@@ -26,12 +26,12 @@ managed_files(
 )
 
 runtime_image(
-    name=f"Obtain the runtime image {image['tag']} once on the head, pass it down the ranks to each worker that lacks it, smoke-test each",
+    name=f"Obtain the runtime image {image['tag']} once on the head, send it down the ranks, smoke-test each",
     image_name=image_name, image=image, user=user, state_dir=host.data.state_dir, container=container,
 )
 
 model_on_every_node(
-    name="Fetch the model once on the head, hash it, replicate it down the ranks over the fabric (rank r to r+1), verified on each",
+    name="Fetch the model once on the head, hash it, replicate it down the ranks over the fabric, verified",
     model=host.data.model, user=user, state_dir=host.data.state_dir, model_dir=host.data.model_dir,
     image=image, hf_endpoint=host.data.hf_endpoint,
     hf_token_file=host.data.hf_token_file, container=container, streams=host.data.replication_streams,
