@@ -139,7 +139,7 @@ def main(site: Path | None, gib: float, shard_mib: int, streams: int | None, acc
             for receiver in cluster.workers[1:]:
                 sender = cluster.upstream(receiver)
                 click.echo(f"--> (c) model_sync from {sender.hostname} to {receiver.hostname}, from its verified copy")
-                hop = send(script, user, sender, receiver, f"{SCRATCH}/sync", "/dev/stdin", streams)
+                hop = send(script, user, sender, receiver, f"{SCRATCH}/sync", "-", streams)
                 seconds, output = timed(client, f"{on(user, sender)}{shlex.quote(hop)} < {manifest}",
                                         f"model_sync {sender.hostname} -> {receiver.hostname}")
                 hops.append({"from": sender.hostname, "to": receiver.hostname, "seconds": round(seconds, 2),

@@ -294,7 +294,7 @@ def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, 
     for node in receivers:
         sender = cluster.upstream(node)
         send = ["python3", QuoteString(where["model_sync"]), "send", "--dir", QuoteString(model_dir),
-                "--manifest", QuoteString(where["manifest"] if sender.rank == 0 else "/dev/stdin"),
+                "--manifest", QuoteString(where["manifest"] if sender.rank == 0 else "-"),
                 "--peer", QuoteString(",".join(f"{user}@{address}" for address in node.fabric_addresses)),
                 "--local", QuoteString(",".join(sender.fabric_addresses)),
                 "--remote-dir", QuoteString(model_dir), "--remote-state", QuoteString(where["verified"]),

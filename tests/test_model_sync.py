@@ -263,11 +263,10 @@ def test_a_worker_sends_its_verified_copy_on_with_the_heads_manifest_on_stdin(mo
     env = {**os.environ, "PATH": f"{REPO / 'tests/model_sync'}:{os.environ['PATH']}"}
 
     def hop(check=True):
-        with open(model.parent / "manifest.json") as head_manifest:
-            result = subprocess.run(
-                [sys.executable, str(PROGRAM), "send", "--dir", str(first), "--manifest", "/dev/stdin", "--peer", "u@127.0.0.3,u@127.0.0.4",
-                 "--local", "127.0.0.2,127.0.0.2", "--remote-dir", str(second), "--remote-state", str(second / ".dual-spark-verified.json"),
-                 "--streams", "2"], stdin=head_manifest, capture_output=True, text=True, env=env, timeout=120)
+        result = subprocess.run(
+            [sys.executable, str(PROGRAM), "send", "--dir", str(first), "--manifest", "-", "--peer", "u@127.0.0.3,u@127.0.0.4",
+             "--local", "127.0.0.2,127.0.0.2", "--remote-dir", str(second), "--remote-state", str(second / ".dual-spark-verified.json"),
+             "--streams", "2"], input=(model.parent / "manifest.json").read_text(), capture_output=True, text=True, env=env, timeout=120)
         assert result.returncode == 0 or not check, result.stderr
         return result
 

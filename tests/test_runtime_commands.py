@@ -204,6 +204,6 @@ def test_a_model_hop_from_a_worker_runs_model_sync_there_as_the_deploy_user(tmp_
         {**done, "manifest": manifest, "verified": None}, done, {**done, "verified": None})
     assert result.returncode == 0, result.stderr
     assert calls == [["ssh", "head", "spark@10.0.0.2"],
-                     ["10.0.0.2", "send", "--dir", "/m", "--manifest", "/dev/stdin", "--peer", "spark@10.0.0.3,spark@10.0.1.3",
+                     ["10.0.0.2", "send", "--dir", "/m", "--manifest", "-", "--peer", "spark@10.0.0.3,spark@10.0.1.3",
                       "--local", "10.0.0.2,10.0.1.2", "--remote-dir", "/m", "--remote-state", where["verified"],
                       "--remote-script", where["model_sync"], "--streams", "2", "--progress", "10", '{"digest": "the head\'s manifest"}']]

@@ -22,7 +22,7 @@
         it lands, writes files as *.dsp-part and renames them only when every chunk matches, then
         records them as verified. A cut transfer resumes: chunks already right are not sent again.
         A worker passes the model on down the chain from its verified copy the same way, the
-        head's manifest on its stdin (--manifest /dev/stdin, sent along by the head).
+        head's manifest on its stdin (--manifest -, sent along by the head).
     model_sync.py receive --dir D --state S
         The worker's side of send, started by it over SSH. It claims D first (see claim).
 
@@ -136,8 +136,15 @@ def write_json(path: Path, value: dict) -> None:
 
 def read_json(path: Path) -> dict | None:
     try:
-        return json.loads(path.read_text())
-    except (OSError, ValueError):
+        return parse_json(path.read_text())
+    except OSError:
+        return None
+
+
+def parse_json(text: str) -> dict | None:
+    try:
+        return json.loads(text)
+    except ValueError:
         return None
 
 
@@ -437,7 +444,7 @@ def receive(root: Path, state_path: Path) -> None:
 def send(root: Path, manifest_path: Path, peers: list[str], local: list[str], remote_dir: str, remote_state: str,
          streams: int, full: bool, remote_script: str = REMOTE_SCRIPT, every: float | None = None) -> dict:
     started = time.monotonic()
-    record = read_json(manifest_path)
+    record = read_json(manifest_path) if str(manifest_path) != "-" else parse_json(sys.stdin.read())
     if not record:
         raise SyncError(f"no manifest at {manifest_path}: hash the model first (model_sync.py manifest)")
     control, via = None, None
@@ -624,7 +631,7 @@ def main() -> None:
     r.add_argument("--state", type=Path, required=True)
     t = commands.add_parser("send")
     t.add_argument("--dir", type=Path, required=True)
-    t.add_argument("--manifest", type=Path, required=True)
+    t.add_argument("--manifest", type=Path, required=True, help="the manifest's path; - reads it from stdin")
     t.add_argument("--peer", required=True, help="user@address of the worker on each rail, comma-separated")
     t.add_argument("--local", required=True, help="this node's address on each rail, comma-separated")
     t.add_argument("--remote-dir", required=True)

@@ -59,6 +59,6 @@ def test_the_pairs_send_is_as_before_and_a_worker_sends_from_its_copy():
             f"--local 10.0.0.1,10.0.1.1 --remote-dir {SCRATCH}/sync --remote-state {SCRATCH}/sync-verified.json "
             f"--remote-script {script} --streams 4")
     assert send(script, "spark", head, w1, f"{SCRATCH}/src", f"{SCRATCH}/manifest.json", 4) == pair
-    hop = send(script, "spark", w2, w3, f"{SCRATCH}/sync", "/dev/stdin", 4)
-    assert hop.startswith(f"python3 {script} send --dir {SCRATCH}/sync --manifest /dev/stdin ")
+    hop = send(script, "spark", w2, w3, f"{SCRATCH}/sync", "-", 4)
+    assert hop.startswith(f"python3 {script} send --dir {SCRATCH}/sync --manifest - ")
     assert "--peer spark@10.0.0.4,spark@10.0.1.4 --local 10.0.0.3,10.0.1.3 " in hop
