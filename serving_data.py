@@ -116,7 +116,7 @@ def _profile(name: str, spec: dict, images: dict, error) -> None:
     elif spec["kv_cache_dtype"] not in image.get("kv_cache_dtypes", []):
         built_for = [n for n, i in sorted(images.items()) if spec["kv_cache_dtype"] in i.get("kv_cache_dtypes", [])]
         error(f"{where}.kv_cache_dtype", spec["kv_cache_dtype"],
-              f"image {spec['image']} is not built for it (it takes {', '.join(image.get('kv_cache_dtypes', []))})"
+              f"image {spec['image']} is not built for it (its kv_cache_dtypes: {', '.join(image.get('kv_cache_dtypes', []))})"
               + (f"; use image {' or '.join(built_for)}" if built_for else ""))
     if spec["agent_compact_tokens"] > spec["max_model_len"]:
         error(f"{where}.agent_compact_tokens", spec["agent_compact_tokens"], f"compact within the window: at most max_model_len ({spec['max_model_len']})")

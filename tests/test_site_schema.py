@@ -225,7 +225,7 @@ def outcome(tmp_path, document: dict, overrides: dict | None = None) -> str | No
 
 
 @pytest.mark.parametrize("place, field", PLACES, ids=[p[1] for p in PLACES])
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=VALUES)
 def test_any_value_of_any_key_is_refused_naming_it_or_accepted(tmp_path, place, field, value):
     message = outcome(tmp_path, with_(place, value))
@@ -235,7 +235,7 @@ def test_any_value_of_any_key_is_refused_naming_it_or_accepted(tmp_path, place, 
 
 
 @pytest.mark.parametrize("key", sorted(schema.SETTINGS))
-@settings(max_examples=25, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+@settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=VALUES)
 def test_any_override_is_refused_naming_it_or_accepted(tmp_path, key, value):
     message = outcome(tmp_path, GOOD, {key: value})
