@@ -93,6 +93,18 @@ class Cluster:
     def downstream(self, node: Node) -> Node | None:
         return self.nodes[node.rank + 1] if node.rank + 1 < self.size else None
 
+    def logins_from(self, node: Node) -> tuple[Node, ...]:
+        """The nodes ``node``'s deploy user logs in to over the fabric without a password: every
+        worker from the head (the image smoke test, the serving checks), the next node of the
+        chain from a worker."""
+        if node.rank == 0:
+            return self.workers
+        return (downstream,) if (downstream := self.downstream(node)) else ()
+
+    def logins_to(self, node: Node) -> tuple[Node, ...]:
+        """The nodes that log in to ``node`` over the fabric, the head first."""
+        return tuple(other for other in self.nodes if node in self.logins_from(other))
+
     @property
     def master_addr(self) -> str:
         return str(self.head.rails[0].address.ip)

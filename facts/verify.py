@@ -144,12 +144,5 @@ def ping_targets(cluster: Cluster, name: str) -> list[tuple[int, str, str, str]]
 
 
 def ssh_targets(cluster: Cluster, name: str) -> list[tuple[str, str]]:
-    """Where ``name``'s deploy user must log in without a password, as (node, address) on every
-    rail: the head to every worker, and each node to the next in the chain that replicates the
-    model and the runtime image."""
-    node = cluster.node(name)
-    targets = list(cluster.workers) if node.role == "head" else []
-    downstream = cluster.downstream(node)
-    if downstream is not None and downstream not in targets:
-        targets.append(downstream)
-    return [(target.hostname, address) for target in targets for address in target.fabric_addresses]
+    """Where ``name``'s deploy user must log in without a password, as (node, address) on every rail."""
+    return [(target.hostname, address) for target in cluster.logins_from(cluster.node(name)) for address in target.fabric_addresses]

@@ -7,7 +7,7 @@ from __future__ import annotations
 from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
-from cluster import Cluster, Node
+from cluster import Cluster
 from facts.ssh_trust import KEY_NAME, SshTrust
 from operations.peer import reachable, read_all, warn_unreachable
 from operations.render import listed
@@ -19,19 +19,6 @@ def _private_dir(user: str, path: str) -> StringCommand:
 
 def _owned(user: str, path: str) -> StringCommand:
     return StringCommand("chown", QuoteString(f"{user}:"), QuoteString(path), "&&", "chmod", "600", QuoteString(path))
-
-
-def receivers(cluster: Cluster, node: Node) -> list[Node]:
-    """The nodes ``node`` logs in to over the fabric: every worker from the head, the next node
-    in rank order from a worker (none from the last)."""
-    if node.role == "head":
-        return list(cluster.workers)
-    return [downstream] if (downstream := cluster.downstream(node)) else []
-
-
-def senders(cluster: Cluster, node: Node) -> list[Node]:
-    """The nodes that log in to ``node`` over the fabric (those it is a receiver of), head first."""
-    return [other for other in cluster.nodes if node in receivers(cluster, other)]
 
 
 @operation()
@@ -53,7 +40,7 @@ def known_receivers(user: str, rails: list[dict]):
         known_receivers(user="spark", rails=host.data.rails)
     """
     cluster: Cluster = host.data.cluster
-    targets = receivers(cluster, cluster.node(host.name))
+    targets = cluster.logins_from(cluster.node(host.name))
     if not targets:
         host.noop("logs in to no other node")
         return
@@ -110,7 +97,7 @@ def authorized_senders(user: str):
         authorized_senders(user="spark")
     """
     cluster: Cluster = host.data.cluster
-    nodes = senders(cluster, cluster.node(host.name))
+    nodes = cluster.logins_to(cluster.node(host.name))
     if not nodes:
         host.noop("no other node logs in to it")
         return
