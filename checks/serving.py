@@ -27,13 +27,13 @@ def container_check(name: str, profile: str, serving: dict) -> Check:
     if installed is None:
         return Check(name, "vLLM stack", FAIL, "no stack installed", "run the deploy (tasks/serving.py installs it)")
     if container is None:
-        return Check(name, "vLLM stack", FAIL, "no container", "run the deploy: it starts the worker, then the head")
+        return Check(name, "vLLM stack", FAIL, "no container", "run the deploy: it starts the workers, then the head")
     if container["status"] != "running":
         return Check(name, "vLLM stack", FAIL, f"container {container['status']} (restarted {container['restarts']} times)",
-                     f"`{LOGS}` on {name} says why; the deploy restarts the pair, worker first")
+                     f"`{LOGS}` on {name} says why; the deploy restarts every node, workers first")
     if container["stack"] != installed or container["profile"] != profile:
         return Check(name, "vLLM stack", FAIL, f"runs stack {container['stack']} ({container['profile']}), "
-                     f"installed {installed} ({profile})", "run the deploy: it restarts the pair on the installed stack")
+                     f"installed {installed} ({profile})", "run the deploy: it restarts every node on the installed stack")
     return Check(name, "vLLM stack", PASS, f"running profile {profile} (stack {installed}), up since {container['started'][:19]}Z")
 
 
@@ -43,7 +43,7 @@ def api_checks(name: str, host: str, port: int, api: dict, listening: list[str])
         checks = [Check(name, "API", PASS, f"generates tokens at {where} as {api['model']} (max model len {api['max_model_len']})")]
     else:
         checks = [Check(name, "API", FAIL, api["error"] or "no token generated",
-                        f"`{LOGS}` on both nodes; if the worker died, the deploy restarts the pair (worker first)")]
+                        f"`{LOGS}` on every node; if a worker died, the deploy restarts every node (workers first)")]
     others = sorted(address for address in listening if address not in (host, f"[{host}]"))
     if others:
         checks.append(Check(name, "API exposure", FAIL, f"port {port} also listens on {', '.join(others)}",

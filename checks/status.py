@@ -156,7 +156,7 @@ def failing_side(head: dict, workers: dict[str, dict | None]) -> str:
         return f"{names(gone)} {'does' if len(gone) == 1 else 'do'} not answer over SSH: power {them} on; " + HEALS
     if stopped := [name for name, reading in workers.items() if down(reading)]:
         if len(stopped) == 1:
-            return f"the worker's container is down: see {stopped[0]}'s rows"
+            return f"{stopped[0]}'s container is down: see its rows"
         return f"the containers of workers {names(stopped)} are down: see their rows"
     if down(head):
         return "the head's container is down: see its rows"

@@ -131,7 +131,7 @@ def test_a_healthy_node_passes_everything():
     ({"serving": {**healthy()["serving"], "container": {**healthy()["serving"]["container"], "status": "exited", "restarts": 3}}},
      "vLLM stack", "container exited (restarted 3 times)", "docker logs --tail 50 dual-spark-vllm"),
     ({"serving": {**healthy()["serving"], "container": {**healthy()["serving"]["container"], "profile": "fast", "stack": "0ld"}}},
-     "vLLM stack", "runs stack 0ld (fast), installed 9d2e0c1a (adaptive)", "restarts the pair on the installed stack"),
+     "vLLM stack", "runs stack 0ld (fast), installed 9d2e0c1a (adaptive)", "restarts every node on the installed stack"),
 ])
 def test_each_failure_names_the_problem_and_the_fix(changes, item, detail, fix):
     check = checks_with(**changes)[item]
@@ -203,7 +203,7 @@ def test_the_api_rows_say_whether_a_token_came_back_and_where_it_listens():
     dead = {"ok": False, "model": "tiny", "max_model_len": 512,
             "error": "generating one token failed with 500: EngineCore encountered an issue"}
     checks = api_checks_for(dead, ["127.0.0.1", "198.51.100.11"])
-    assert checks["API"].status == FAIL and "EngineCore" in checks["API"].detail and "worker first" in checks["API"].fix
+    assert checks["API"].status == FAIL and "EngineCore" in checks["API"].detail and "workers first" in checks["API"].fix
     assert checks["API exposure"].status == FAIL and "198.51.100.11" in checks["API exposure"].detail
 
 

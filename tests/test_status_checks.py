@@ -72,7 +72,7 @@ def test_a_dead_worker_is_named_as_the_failing_side_with_its_log():
                    watchdog=ok(live={"role": "head", "session": SESSION, "state": "failing", "joined": None}, starts=None))
     found = rows(head, worker)
     assert found["spark-head", "API"].status == FAIL
-    assert found["spark-head", "API"].fix == "the worker's container is down: see spark-worker's rows"
+    assert found["spark-head", "API"].fix == "spark-worker's container is down: see its rows"
     assert "the watchdogs restart the cluster on their own" in found["spark-worker", "vLLM container"].fix
     dead = found["spark-worker", "vLLM container"]
     assert dead.status == FAIL and "restarting (exit code 137" in dead.detail and dead.lines == tuple(LOG)
