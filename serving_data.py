@@ -122,3 +122,28 @@ def _profile(name: str, spec: dict, images: dict, error) -> None:
         error(f"{where}.agent_compact_tokens", spec["agent_compact_tokens"], f"compact within the window: at most max_model_len ({spec['max_model_len']})")
     if spec["max_num_batched_tokens"] < spec["max_num_seqs"]:
         error(f"{where}.max_num_batched_tokens", spec["max_num_batched_tokens"], f"batch at least one token per sequence: max_num_seqs ({spec['max_num_seqs']}) or more")
+    _speculation(where, spec, error)
+
+
+def _speculation(where: str, spec: dict, error) -> None:
+    """The schedule against the profile's other keys, as vLLM 0.32 would refuse it only at start
+    (num_speculative_tokens_per_batch_size needs num_speculative_tokens above 0)."""
+    tokens = spec["speculative_tokens"]
+    if "adaptive_verification" in spec and not tokens:
+        error(f"{where}.adaptive_verification", spec["adaptive_verification"],
+              "adaptive verification checks drafted tokens: set speculative_tokens above 0, or drop adaptive_verification")
+    schedule = spec.get("speculative_schedule")
+    if schedule is None:
+        return
+    if not tokens:
+        error(f"{where}.speculative_schedule", schedule, "a schedule drafts at most speculative_tokens per step: set speculative_tokens "
+              "above 0 (to the schedule's largest k), or drop the schedule for no speculation")
+        return
+    for index, (start, end, k) in enumerate(schedule):
+        if k > tokens:
+            error(f"{where}.speculative_schedule[{index}]", [start, end, k],
+                  f"draft at most speculative_tokens ({tokens}) at any batch size: lower k, or raise speculative_tokens to {k}")
+    start, end, _ = schedule[-1]
+    if not start <= spec["max_num_seqs"] <= end:
+        error(f"{where}.speculative_schedule", schedule,
+              f"cover every batch size up to max_num_seqs ({spec['max_num_seqs']}): end the last range at {spec['max_num_seqs']}")

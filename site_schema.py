@@ -224,8 +224,10 @@ SCALAR_TABLE = Key(dict, "write a table", names=Key(str, "use a name", matching(
 
 
 def speculative_options(value: dict) -> str | None:
-    taken = sorted(set(value) & {"method", "num_speculative_tokens", "model"})
-    return f"{', '.join(taken)} come from speculative_method and the profile's speculative_tokens: set those instead" if taken else None
+    taken = sorted(set(value) & {"method", "num_speculative_tokens", "model", "num_speculative_tokens_per_batch_size",
+                                 "enable_adaptive_verification"})
+    return (f"{', '.join(taken)} come from speculative_method and the profile's speculative_tokens, speculative_schedule and "
+            "adaptive_verification: set those instead") if taken else None
 
 
 def generation_config(value: dict) -> str | None:
@@ -239,6 +241,41 @@ def generation_config(value: dict) -> str | None:
     for key in ("max_new_tokens", "max_tokens"):
         if key in value and not (number(key) and isinstance(value[key], int) and value[key] >= 1):
             return f"use a whole number of 1 or more for {key}"
+    return None
+
+
+SCHEDULE_EXAMPLE = "e.g. [[1, 1, 7], [2, 4, 3]]: 7 draft tokens for one sequence, 3 for two to four"
+
+
+def schedule_range(value: list) -> str | None:
+    """One [batch_start, batch_end, k] of a speculative schedule: inclusive batch sizes from 1 (k
+    is checked against speculative_tokens with the profile)."""
+    if len(value) != 3:
+        return f"write each range as [batch_start, batch_end, k], {SCHEDULE_EXAMPLE}"
+    if not all(kind_ok(number, int) for number in value):
+        return None  # each number names its own mistake
+    start, end, k = value
+    if not 1 <= start <= end:
+        return f"start each range at batch size 1 or more and end it at or after its start, {SCHEDULE_EXAMPLE}"
+    if not 0 <= k <= 16:
+        return "draft 0 (no drafting at these batch sizes) to 16 tokens"
+    return None
+
+
+def speculative_schedule(value: list) -> str | None:
+    """The ranges in order from batch size 1, each starting where the one before ended (vLLM
+    refuses overlaps and a first range not from 1 only once it starts)."""
+    if not value:
+        return f"list at least one [batch_start, batch_end, k] range, or drop the key for one fixed speculative_tokens ({SCHEDULE_EXAMPLE})"
+    if not all(isinstance(entry, list) and len(entry) == 3 and all(kind_ok(n, int) for n in entry) and schedule_range(entry) is None
+               for entry in value):
+        return None  # each range names its own mistake
+    following = 1
+    for start, end, _ in value:
+        if start != following:
+            where = "start the first range at batch size 1" if following == 1 else f"start the range after batch size {following - 1} at {following}"
+            return f"{where}: the ranges go in order, without gaps or overlaps, {SCHEDULE_EXAMPLE}"
+        following = end + 1
     return None
 
 
@@ -309,6 +346,11 @@ PROFILE = {
     "max_num_batched_tokens": Key(int, "use a whole number", between(16, 1_048_576, "use 16 to 1,048,576 tokens (8192 published)"), required=True),
     "gpu_memory_utilization": Key(float, "use a number", above(0, 1, "use a fraction above 0 and at most 1 (0.80 published)"), required=True),
     "speculative_tokens": Key(int, "use a whole number", between(0, 16, "use 0 (no speculation) to 16 draft tokens (5 or 7 published)"), required=True),
+    "speculative_schedule": Key(list, f"write the draft length per batch size as a list of [batch_start, batch_end, k], {SCHEDULE_EXAMPLE}",
+                                speculative_schedule,
+                                item=Key(list, f"write each range as [batch_start, batch_end, k], {SCHEDULE_EXAMPLE}", schedule_range,
+                                         item=Key(int, "use whole numbers: [batch_start, batch_end, k]"))),
+    "adaptive_verification": flag(),
     "thinking": Key(bool, "use true or false", required=True),
     "prefix_caching": Key(bool, "use true or false", required=True),
     "flashinfer_autotune": Key(bool, "use true or false", required=True),

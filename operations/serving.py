@@ -31,6 +31,10 @@ from operations.render import render, show_diff
 STAGING = f"{RUN_DIR}/stack-check"
 FILES = ("compose.yaml", "launch.sh")
 WATCHDOG = Path(__file__).resolve().parents[1] / "files/serving/watchdog.py"
+# A profile's keys that vLLM's --speculative-config takes as these SpeculativeConfig fields, only
+# when the profile sets them (the image must have the field: image_supports).
+SPECULATIVE_FIELDS = {"speculative_schedule": "num_speculative_tokens_per_batch_size",
+                      "adaptive_verification": "enable_adaptive_verification"}
 
 
 def vllm_args(settings: dict) -> list[str]:
@@ -50,8 +54,11 @@ def vllm_args(settings: dict) -> list[str]:
         "--enable-prefix-caching" if profile["prefix_caching"] else "--no-enable-prefix-caching",
     ]
     if profile["speculative_tokens"]:
-        speculative = {"method": settings["speculative_method"], "num_speculative_tokens": profile["speculative_tokens"],
-                       **settings["speculative_options"]}
+        speculative = {"method": settings["speculative_method"], "num_speculative_tokens": profile["speculative_tokens"]}
+        for key, field in SPECULATIVE_FIELDS.items():
+            if key in profile:
+                speculative[field] = profile[key]
+        speculative.update(settings["speculative_options"])
         args += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
     args += ["--tokenizer-mode", model["tokenizer_mode"], "--distributed-executor-backend", "mp"]
     if model.get("tool_call_parser"):

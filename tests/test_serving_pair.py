@@ -2,6 +2,7 @@
 compose.yaml and launch.sh byte for byte as the pair-only code did (tests/pair/expected/, GID 3 and
 a fixed model digest): an upgrade restarts no pair. A four-node site renders its own."""
 
+import json
 from pathlib import Path
 
 import pytest
@@ -49,3 +50,16 @@ def test_four_nodes_name_every_rank(tmp_path):
     assert " ".join(args[args.index("--tensor-parallel-size"):][:4]) == "--tensor-parallel-size 2 --pipeline-parallel-size 2"
     assert " ".join(args[args.index("--nnodes"):][:9]) == "--nnodes 4 --node-rank 2 --master-addr 10.10.0.1 --master-port 25000 --headless"
     assert len({head.hash, *(worker.hash for worker in workers)}) == 4
+
+
+def test_a_schedule_and_adaptive_verification_are_rendered_into_the_speculative_config(tmp_path):
+    """Set in a profile, they join --speculative-config as vLLM's fields; the pinned stacks above
+    show a profile without them renders as before."""
+    path = tmp_path / "site.toml"
+    path.write_text((PAIR / "site.toml").read_text() + "\n[profile.tuned]\nbase = \"adaptive\"\nspeculative_tokens = 7\n"
+                    "speculative_schedule = [[1, 1, 7], [2, 4, 3]]\nadaptive_verification = true\n")
+    args = vllm_args(stack_settings(load_site(path, overrides={"profile": "tuned"}), "spark-a"))
+    config = json.loads(args[args.index("--speculative-config") + 1])
+    assert config["num_speculative_tokens"] == 7
+    assert config["num_speculative_tokens_per_batch_size"] == [[1, 1, 7], [2, 4, 3]]
+    assert config["enable_adaptive_verification"] is True

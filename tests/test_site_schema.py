@@ -159,12 +159,42 @@ USER_MISTAKES = [
     (with_("settings.api_host", "::1"), "settings.api_host"),
     (with_("settings.container_ulimits", {"memlock": "unlimited"}), "settings.container_ulimits.memlock"),
     (with_("settings.vllm_extra_args", ["--x\n"]), "settings.vllm_extra_args[0]"),
+    # speculative_schedule of profile adaptive (max_num_seqs 4, speculative_tokens 5)
+    (with_("profile.adaptive.speculative_schedule", [[2, 4, 3], [1, 1, 5]]), "profile.adaptive.speculative_schedule"),
+    (with_("profile.adaptive.speculative_schedule", [[1, 2, 5], [2, 4, 3]]), "profile.adaptive.speculative_schedule"),
+    (with_("profile.adaptive.speculative_schedule", [[1, 1, 5], [3, 4, 3]]), "profile.adaptive.speculative_schedule"),
+    (with_("profile.adaptive.speculative_schedule", [[2, 4, 3]]), "profile.adaptive.speculative_schedule"),
+    (with_("profile.adaptive.speculative_schedule", [[0, 4, 3]]), "profile.adaptive.speculative_schedule[0]"),
+    (with_("profile.adaptive.speculative_schedule", [[1, 1, 5], [2, 4, 3], [5, 8, 2]]), "profile.adaptive.speculative_schedule"),
+    (with_("profile.adaptive.speculative_schedule", [[1, 1, 5], [2, 3, 3]]), "profile.adaptive.speculative_schedule"),
+    (with_("profile.adaptive.speculative_schedule", [[1, 1, 7], [2, 4, 3]]), "profile.adaptive.speculative_schedule[0]"),
+    (with_("profile.adaptive.speculative_schedule", [[1, 4, -1]]), "profile.adaptive.speculative_schedule[0]"),
+    (with_("profile.adaptive.speculative_schedule", [[3, 1, 2]]), "profile.adaptive.speculative_schedule[0]"),
+    (with_("profile.adaptive", {"speculative_tokens": 0, "speculative_schedule": [[1, 4, 0]]}), "profile.adaptive.speculative_schedule"),
+    (with_("profile.adaptive.speculative_schedule", []), "profile.adaptive.speculative_schedule"),
+    (with_("profile.adaptive.speculative_schedule", [1, 4, 3]), "profile.adaptive.speculative_schedule[0]"),
+    (with_("profile.adaptive.speculative_schedule", [[1, 4]]), "profile.adaptive.speculative_schedule[0]"),
+    (with_("profile.adaptive.speculative_schedule", [[1, 4, 3.0]]), "profile.adaptive.speculative_schedule[0][2]"),
+    (with_("profile.adaptive.speculative_schedule", [[1, 4, True]]), "profile.adaptive.speculative_schedule[0][2]"),
+    (with_("profile.adaptive.speculative_schedule", {"1-4": 3}), "profile.adaptive.speculative_schedule"),
+    (with_("profile.adaptive.adaptive_verification", "yes"), "profile.adaptive.adaptive_verification"),
+    (with_("profile.adaptive", {"speculative_tokens": 0, "adaptive_verification": False}), "profile.adaptive.adaptive_verification"),
+    (with_("settings.speculative_options", {"num_speculative_tokens_per_batch_size": [[1, 4, 3]]}), "settings.speculative_options"),
 ]
 
 
 @pytest.mark.parametrize("document, field", USER_MISTAKES, ids=[m[1] + f"#{i}" for i, m in enumerate(USER_MISTAKES)])
 def test_a_user_mistake_is_refused_naming_the_field(tmp_path, document, field):
     assert f"- {field} = " in refused(tmp_path, document)
+
+
+def test_a_schedule_to_max_num_seqs_within_speculative_tokens_is_taken(tmp_path):
+    """The control case of the schedule's mistakes: the recipe's 7 at one request and 3 at two to four."""
+    site = load(tmp_path, with_("profile.adaptive", {"speculative_tokens": 7, "speculative_schedule": [[1, 1, 7], [2, 4, 3]],
+                                                     "adaptive_verification": False}))
+    profile = site.serving["profiles"]["adaptive"]
+    assert (profile["speculative_schedule"], profile["adaptive_verification"]) == ([[1, 1, 7], [2, 4, 3]], False)
+    assert load(tmp_path, with_("profile.adaptive.speculative_schedule", [[1, 4, 0]])).serving["profiles"]["adaptive"]["speculative_schedule"] == [[1, 4, 0]]
 
 
 @pytest.mark.parametrize("overrides, field", [
