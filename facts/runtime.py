@@ -14,23 +14,26 @@ class Image(TypedDict):
     id: str | None
     size: int | None
     smoke_tested: str | None
+    speculative_keys: list[str] | None
     unreadable: list[str]
 
 
 class ImageState(FactBase[Image]):
     """
-    The ID and size in bytes of the image tagged ``tag`` (None where the node lacks it), and the
-    image ID the smoke test last passed for (read from ``marker``).
+    The ID and size in bytes of the image tagged ``tag`` (None where the node lacks it), the
+    image ID the smoke test last passed for and the field names of that image's vLLM
+    SpeculativeConfig it read (from ``marker``: the ID, then the names as JSON; None for a marker
+    written before the names were read).
 
     .. code:: python
 
         {"id": "sha256:9e69ec7f2e68...", "size": 21474836480, "smoke_tested": "sha256:9e69ec7f2e68...",
-         "unreadable": []}
+         "speculative_keys": ["method", "num_speculative_tokens", ...], "unreadable": []}
     """
 
     @staticmethod
     def default() -> Image:
-        return {"id": None, "size": None, "smoke_tested": None, "unreadable": []}
+        return {"id": None, "size": None, "smoke_tested": None, "speculative_keys": None, "unreadable": []}
 
     def command(self, tag: str, marker: str) -> StringCommand:
         return combined({
@@ -48,12 +51,23 @@ class ImageState(FactBase[Image]):
                 return values[0], []
             return None, values
 
+        def names(lines: list[str]) -> tuple[list[str] | None, list[str]]:
+            try:
+                found = json.loads(lines[0]) if len(lines) == 1 else None
+            except ValueError:
+                found = None
+            if isinstance(found, list) and all(isinstance(name, str) for name in found):
+                return found, []
+            return None, lines
+
         found, bad = image_id(sections.get("id", []))
-        smoke, bad_smoke = image_id(sections.get("smoke", []))
+        marker = [line.strip() for line in sections.get("smoke", []) if line.strip()]
+        smoke, bad_smoke = image_id(marker[:1])
+        keys, bad_keys = names(marker[1:]) if marker[1:] else (None, [])
         size = [line.strip() for line in sections.get("size", []) if line.strip()]
         known = len(size) == 1 and size[0].isdigit()
-        return {"id": found, "size": int(size[0]) if known else None, "smoke_tested": smoke,
-                "unreadable": sections[""] + bad + bad_smoke + ([] if known else size)}
+        return {"id": found, "size": int(size[0]) if known else None, "smoke_tested": smoke, "speculative_keys": keys,
+                "unreadable": sections[""] + bad + bad_smoke + bad_keys + ([] if known else size)}
 
 
 class Model(TypedDict):

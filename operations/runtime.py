@@ -41,16 +41,30 @@ def container_args(container: dict) -> list:
     return args
 
 
+# What the smoke test runs in the image: vLLM imports, and the field names of its SpeculativeConfig
+# (the --speculative-config keys it takes) are printed as JSON on the last line.
+SMOKE = ('import inspect, json, vllm; from vllm.config import SpeculativeConfig as c; '
+         'print(json.dumps(sorted(getattr(c, "__dataclass_fields__", None) or inspect.signature(c).parameters)))')
+
+
 def smoke_test(tag: str, image: dict, container: dict, marker: str) -> StringCommand:
-    """`import vllm` in a throwaway container; the image ID is recorded when it passes."""
+    """`import vllm` in a throwaway container, reading the image's SpeculativeConfig fields; when
+    it passes, the marker records the image ID and, on its second line, those fields."""
+    keys = StringCommand("printf", "'%s\\n'", '"$keys"', "|", "tail", "-n", "1")
     return StringCommand(
         "docker", "image", "inspect", QuoteString(tag), ">/dev/null", "2>&1", "||",
         "{", "echo", QuoteString(f"{tag} is not on this node: the head sends it (see its errors above)"), ">&2;", "exit", "1;", "}", "&&",
-        "docker", "run", "--rm", "--network", "none", *container_args(container), "--entrypoint", QuoteString(image["python"]),
-        QuoteString(tag), "-c", QuoteString("import vllm"), "&&",
+        'keys="$(', "docker", "run", "--rm", "--network", "none", *container_args(container), "--entrypoint", QuoteString(image["python"]),
+        QuoteString(tag), "-c", QuoteString(SMOKE), ')"', "&&", keys, "|", "grep", "-q", QuoteString("^\\["), "&&",
         "mkdir", "-p", QuoteString(posixpath.dirname(marker)), "&&",
-        "docker", "image", "inspect", "-f", "'{{.Id}}'", QuoteString(tag), ">", QuoteString(marker),
+        "{", "docker", "image", "inspect", "-f", "'{{.Id}}'", QuoteString(tag), "&&", keys, ";", "}", ">", QuoteString(marker),
     )
+
+
+def smoked(reading: dict, image_id: str | None) -> bool:
+    """The node's smoke test passed for this image ID and read its SpeculativeConfig fields (a
+    marker written before they were read is tested again)."""
+    return image_id is not None and reading["smoke_tested"] == image_id and reading["speculative_keys"] is not None
 
 
 def build_context(directory: str) -> io.BytesIO:
@@ -187,7 +201,7 @@ def runtime_image(image_name: str, image: dict, user: str, state_dir: str, conta
             yield watched(progress, f"building {tag}", "docker", "build", "-t", QuoteString(tag),
                           QuoteString(context))
             yield StringCommand("rm", "-rf", QuoteString(context), QuoteString(upload))
-    if mine["id"] is None or mine["smoke_tested"] != mine["id"]:
+    if not smoked(mine, mine["id"]):
         yield smoke_test(tag, image, container, marker)
     receivers = down_the_chain(cluster, readings, lambda node, reading: mine["id"] is not None and reading["id"] == mine["id"],
                                "sending the runtime image")
@@ -198,7 +212,7 @@ def runtime_image(image_name: str, image: dict, user: str, state_dir: str, conta
         host.log(f"will stream {tag}{size} to {node.hostname}" + (f" from {sender.hostname}" if sender.rank else ""), logger.info)
     unsmoked = [node for node in cluster.workers
                 if node not in receivers and readings[node.hostname] is not None and readings[node.hostname]["id"] == mine["id"]
-                and readings[node.hostname]["smoke_tested"] != mine["id"]]
+                and not smoked(readings[node.hostname], mine["id"])]
     for node in cluster.workers:
         if node in receivers:
             meter = (f"python3 {shlex.quote(progress)} pipe --what {shlex.quote(f'streaming {tag} to {node.hostname}')} "
@@ -212,7 +226,7 @@ def runtime_image(image_name: str, image: dict, user: str, state_dir: str, conta
             yield FunctionCommand(streamed, (from_upstream(sender, user, as_root),), {})
         elif node in unsmoked:
             yield on_node(node.rail_data, user, remote_smoke)
-    if not receivers and not unsmoked and mine["smoke_tested"] == mine["id"] and None not in theirs:
+    if not receivers and not unsmoked and smoked(mine, mine["id"]) and None not in theirs:
         host.noop(f"{tag} ({mine['id'][:19]}) on {every_node(cluster)}, smoke-tested")
 
 

@@ -124,6 +124,9 @@ elif args[0] == "load":
     call.append(sys.stdin.read())
 elif args[:3] == ["image", "inspect", "-f"]:
     print("sha256:" + "ab" * 32 if "Id" in args[3] else "20")
+elif args[0] == "run":
+    print("INFO a log line of vLLM's")
+    print(json.dumps(["method", "num_speculative_tokens"]))
 with open(os.environ["RECORD"], "a") as record:
     record.write(json.dumps(call) + "\\n")
 """
@@ -166,11 +169,11 @@ def test_an_image_hop_from_a_worker_streams_from_it_to_the_next_and_tests_it_the
     shutil.copy(REPO / "files/runtime/progress.py", state / "bin/progress.py")
     marker = runtime.smoke_marker(str(state), IMAGE["tag"])
     image_id = "sha256:" + "ab" * 32
-    have = {"id": image_id, "size": 20, "smoke_tested": image_id, "unreadable": []}
+    have = {"id": image_id, "size": 20, "smoke_tested": image_id, "speculative_keys": ["method"], "unreadable": []}
     result, calls = hop_from_worker1(
         tmp_path, "runtime.ImageState",
         {"image_name": "x", "image": IMAGE, "user": "spark", "state_dir": str(state), "container": NO_CONTAINER},
-        {"tag": IMAGE["tag"], "marker": marker}, have, have, {**have, "id": None, "smoke_tested": None})
+        {"tag": IMAGE["tag"], "marker": marker}, have, have, {**have, "id": None, "smoke_tested": None, "speculative_keys": None})
     assert result.returncode == 0, result.stderr
     assert "the worker does not answer over SSH at 10.0.0.3: trying the next rail" in result.stderr
     assert result.stdout.startswith(f"streaming {IMAGE['tag']} to spark-worker2: 28 B in "), result.stdout
@@ -178,8 +181,8 @@ def test_an_image_hop_from_a_worker_streams_from_it_to_the_next_and_tests_it_the
     assert ["docker", "10.0.0.2", "save", IMAGE["tag"]] in calls
     assert ["docker", "10.0.1.3", "load", f"the layers of {IMAGE['tag']}"] in calls
     run_on_worker2 = [call for call in calls if call[:3] == ["docker", "10.0.1.3", "run"]]
-    assert len(run_on_worker2) == 1 and run_on_worker2[0][-3:] == [IMAGE["tag"], "-c", "import vllm"]
-    assert Path(marker).read_text().strip() == image_id
+    assert len(run_on_worker2) == 1 and run_on_worker2[0][-3:] == [IMAGE["tag"], "-c", runtime.SMOKE]
+    assert Path(marker).read_text() == f'{image_id}\n["method", "num_speculative_tokens"]\n'  # the fields, without vLLM's log
     assert not any(call[:2] == ["docker", "head"] for call in calls)  # the head's link stays free
 
 
