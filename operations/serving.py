@@ -22,11 +22,13 @@ from checks import table
 from checks.serving import heads_refusal
 from cluster import Cluster
 from facts.fabric import roce_v2_gid_index
+from facts.runtime import ImageState
 from facts.serving import ModelHeads, ServingState
 from facts.verify import api_reading
 from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, paths
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from operations.render import render, show_diff
+from operations.runtime import smoke_marker
 
 STAGING = f"{RUN_DIR}/stack-check"
 FILES = ("compose.yaml", "launch.sh")
@@ -99,6 +101,7 @@ def stack_settings(cluster: Cluster, hostname: str) -> dict:
         "mounts": settings["container_mounts"], "container_env": settings["container_env"], "model_dir": settings["model_dir"],
         "stack_dir": settings["stack_dir"], "api_key_file": where["api_key"], "health_script": where["health"],
         "deploy_user": cluster.deploy_user, "manifest": where["manifest"],
+        "smoke_marker": smoke_marker(settings["state_dir"], cluster.image["tag"]),
     }
 
 
@@ -251,6 +254,31 @@ def heads_divided(settings: dict) -> None:
         raise OperationError(refusal)
 
 
+def image_supports(settings: dict) -> None:
+    """Refuse, before anything stops or changes, a profile's speculative key that the image's vLLM
+    lacks: its SpeculativeConfig's fields, as this node's smoke test read them (operations/runtime.py).
+    Before the changes run (--dry) an image whose fields are not read yet waits for the runtime step."""
+    profile, image = settings["profile"], settings["image"]
+    used = {key: field for key, field in SPECULATIVE_FIELDS.items() if key in profile and profile["speculative_tokens"]}
+    if not used:
+        return
+    reading = host.get_fact(ImageState, tag=image["tag"], marker=settings["smoke_marker"])
+    fields = reading["speculative_keys"] if reading["id"] is not None and reading["smoke_tested"] == reading["id"] else None
+    named = f"image {profile['image']} ({image['tag']})"
+    if fields is None:
+        if host.state.is_executing:
+            raise OperationError(f"the speculative config keys {named} takes are not read on {host.name}: run "
+                                 "`pyinfra inventory.py tasks/runtime.py` (its smoke test reads them), then this step again")
+        return
+    for key, field in used.items():
+        if field not in fields:
+            raise OperationError(
+                f"profile {settings['profile_name']} sets {key}, but the vLLM of {named}, {reading['id'][:19]}, has no {field} in its "
+                f"SpeculativeConfig: nothing was stopped. Fix: drop {key} from the profile, or use an image whose vLLM has {field}"
+                + ("; for another draft length under load, a second profile with another fixed speculative_tokens (base = "
+                   f"\"{settings['profile_name']}\", speculative_tokens = N), switched with tasks/profile.py" if key == "speculative_schedule" else ""))
+
+
 def compose(stack_dir: str, *args: str) -> StringCommand:
     return StringCommand("docker", "compose", "--project-directory", QuoteString(stack_dir), "-f",
                          QuoteString(f"{stack_dir}/compose.yaml"), *args)
@@ -301,7 +329,8 @@ def head_stopped_for_change(stacks: list[dict]):
     """
     On the head: stop its vLLM when any node's stack is about to change or a worker is not
     running its current one, so the workers restart with no head waiting on a dead session.
-    Refuses first, stopping nothing, a tensor parallel the model's attention heads do not divide.
+    Refuses first, stopping nothing, a tensor parallel the model's attention heads do not divide,
+    and a profile's speculative key the image's vLLM lacks.
 
     + stacks: every node's stack settings (``stack_settings``), in rank order
 
@@ -315,6 +344,7 @@ def head_stopped_for_change(stacks: list[dict]):
         return
     settings = own(stacks)
     heads_divided(settings)
+    image_supports(settings)
     readings = read_cluster(stacks, "restarting the serving cluster")
     if None in readings:
         return
@@ -334,7 +364,8 @@ def stack_up(role: str, stacks: list[dict], ready_timeout: int):
     every worker fresh (``--force-recreate``), the head after them, and then the head waits until
     a token is generated through the API. The head's API key is made on the first run (a random
     token, in a file only the deploy user reads; it never leaves the head). A tensor parallel the
-    model's attention heads do not divide is refused before anything is installed.
+    model's attention heads do not divide, or a speculative key the image's vLLM lacks, is refused
+    before anything is installed.
 
     + role: the nodes this step starts ("worker" or "head")
     + stacks: every node's stack settings (``stack_settings``), in rank order
@@ -351,6 +382,7 @@ def stack_up(role: str, stacks: list[dict], ready_timeout: int):
         return
     settings = own(stacks)
     heads_divided(settings)
+    image_supports(settings)
     readings = read_cluster(stacks, "starting the serving cluster")
     mine = readings[settings["rank"]]
     stack, everywhere = cluster_stacks(stacks, readings)
