@@ -369,7 +369,20 @@ class Relations:
             if values[key] in ports:
                 self.error(where[key], values[key], f"{ports[values[key]]} uses that port already: give each its own")
             ports.setdefault(values[key], key)
+        self._adaptive_verification()
         self._directories()
+
+    def _adaptive_verification(self) -> None:
+        """vLLM 0.32 refuses at start adaptive verification with use_local_argmax_reduction
+        (the draft logits it needs are never made) unless the method is dspark."""
+        options = self.values["speculative_options"]
+        if self.values["speculative_method"] == "dspark" or not options.get("use_local_argmax_reduction"):
+            return
+        for name, profile in sorted(self.serving["profiles"].items()):
+            if profile.get("adaptive_verification"):
+                self.error(self.where["speculative_options"], options,
+                           f"profile {name} sets adaptive_verification, which reads the draft logits use_local_argmax_reduction "
+                           "never makes: drop use_local_argmax_reduction, or adaptive_verification from the profile")
 
     def _directories(self) -> None:
         """The directories the deploy owns are apart: none inside another, except the model's

@@ -279,6 +279,9 @@ def test_any_override_is_refused_naming_it_or_accepted(tmp_path, key, value):
     (with_("ssh.key", "/nonexistent/id_ed25519"), "ssh.key"),
     (with_("settings.api_port", 22), "settings.api_port"),
     (with_("settings.speculative_options", {"num_speculative_tokens": 9}), "settings.speculative_options"),
+    (with_("settings.speculative_options", {"use_local_argmax_reduction": True}, with_("profile.adaptive.adaptive_verification", True,
+                                                                                     with_("settings.speculative_method", "ngram"))),
+     "settings.speculative_options"),
     (with_("settings.generation_config", {"temperature": -1}), "settings.generation_config"),
 ])
 def test_what_only_shows_at_start_or_connection_is_refused_before(tmp_path, document, field):
