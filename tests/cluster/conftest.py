@@ -4,22 +4,16 @@ the module. It runs after tests/e2e (its lab replaces the pair's: never both at 
 measures (converge, first token, memory, recovery) is printed at the end of the run."""
 
 import os
-import shlex
-import socket
-import subprocess
-import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
 
-from lab.config import HEAD, Node
+from lab.config import Node
 from lab.core import Lab
 from lab.lock import LabLock
-from lab.processes import in_node
-from tests.e2e.conftest import REPO, SITE, pyinfra
-from tests.net import free_port
+from tests.e2e.conftest import clients, pyinfra, tunnel  # noqa: F401 (clients and tunnel: the fixtures, shared)
 
 HERE = Path(__file__).resolve().parent
 NODES = 4
@@ -94,42 +88,6 @@ def converged(cluster_lab):
         MEASURED[f"{node.hostname} containers: now / peak"] = (f"{containers_memory(node, False) / 2**30:.2f} / "
                                                               f"{containers_memory(node, True) / 2**30:.2f} GiB")
     return result
-
-
-@pytest.fixture(scope="module")
-def clients(converged, tmp_path_factory):
-    """`python -m clients` for the 4-node lab: the output directory, the local port, what it printed."""
-    out, port = tmp_path_factory.mktemp("clients"), free_port()
-    result = subprocess.run([sys.executable, "-m", "clients", "--site", str(SITE), "--out", str(out), "--port", str(port)],
-                            cwd=REPO, capture_output=True, text=True, timeout=600)
-    assert result.returncode == 0, result.stdout + result.stderr
-    return out, port, result.stdout + result.stderr
-
-
-@pytest.fixture(scope="module")
-def tunnel(clients):
-    """The tunnel command the clients command printed, run as printed; its local URL."""
-    _, port, text = clients
-    [command] = [line.strip() for line in text.splitlines() if line.strip().startswith("ssh -N -L")]
-    process = subprocess.Popen(shlex.split(command), stdin=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while time.monotonic() < deadline:
-        with socket.socket() as probe:
-            if probe.connect_ex(("127.0.0.1", port)) == 0:
-                break
-        time.sleep(0.2)
-    yield f"http://127.0.0.1:{port}"
-    process.terminate()
-    process.wait(timeout=10)
-
-
-def generates() -> bool:
-    """One token through the head's API, asked on the head; False while any rank is down."""
-    try:
-        return in_node(HEAD.dir, "python3", "/var/lib/dual-spark/bin/health.py", "--key-file", "/var/lib/dual-spark/api-key",
-                       "--timeout", "20", capture_output=True, check=False).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
 
 
 def pytest_terminal_summary(terminalreporter):

@@ -12,8 +12,8 @@ import requests
 from lab import faults
 from lab.config import CABLE_LAYOUTS
 from lab.processes import in_node
-from tests.cluster.conftest import MEASURED, NODES, generates
-from tests.e2e.conftest import pyinfra
+from tests.cluster.conftest import MEASURED, NODES
+from tests.e2e.conftest import generates, pyinfra
 from tests.e2e.test_10_converge import changed_operations
 
 pytestmark = pytest.mark.end_to_end

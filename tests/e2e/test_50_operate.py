@@ -17,17 +17,10 @@ import requests
 from lab import faults, nodes
 from lab.config import HEAD, WORKER
 from lab.processes import in_node
-from tests.e2e.conftest import LAB_ENV, PYINFRA, RECOVERED, REPO, pyinfra
+from tests.e2e.conftest import LAB_ENV, PYINFRA, RECOVERED, REPO, generates, pyinfra
 
 pytestmark = pytest.mark.end_to_end
 MODEL_CONFIG = "/var/lib/dual-spark/model/config.json"
-def generates() -> bool:
-    """One token through the head's API, asked on the head; False while anything is down."""
-    try:
-        return in_node(HEAD.dir, "python3", "/var/lib/dual-spark/bin/health.py", "--key-file", "/var/lib/dual-spark/api-key",
-                       "--timeout", "20", capture_output=True, check=False).returncode == 0
-    except (OSError, subprocess.SubprocessError):
-        return False
 
 
 def status() -> subprocess.CompletedProcess:
