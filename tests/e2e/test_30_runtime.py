@@ -254,8 +254,9 @@ def test_a_long_fetch_says_where_it_is_while_it_runs(hub, tmp_path):
         run.wait(timeout=60)
     output = "".join(line for _, line in lines)
     assert run.returncode == 0, output
-    progress = [(at, line) for at, line in lines if re.search(r"\[spark-head\]\s+fetching lab/tiny-llama: [\d.]+ \w+ of 41.3 MiB "
-                                                              r"\(\d+%\), [\d.]+ \w+/s", line)]
+    of_total = re.escape(f"of {total / 2**20:.1f} MiB")  # the model's files and the extra one, as progress.py writes sizes
+    progress = [(at, line) for at, line in lines if re.search(r"\[spark-head\]\s+fetching lab/tiny-llama: [\d.]+ \w+ " + of_total +
+                                                              r" \(\d+%\), [\d.]+ \w+/s", line)]
     [(done_at, _)] = [(at, line) for at, line in lines if "fetched lab/tiny-llama: commit " + slow.commit in line]
     assert len(progress) >= 2 and any("MiB of" in line for _, line in progress), output  # bytes seen moving
     assert done_at - progress[0][0] >= 8, output  # printed as it came, not with the step's end

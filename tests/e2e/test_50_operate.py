@@ -37,7 +37,7 @@ def test_status_reads_the_serving_pair_in_one_table(converged):
     assert re.search(r"spark-head\s+API\s+PASS\s+generates tokens as tiny, max model len 65536", result.stdout)
     assert re.search(r"spark-head\s+speculative decoding\s+PASS", result.stdout)
     assert re.search(r"status: (\d+) of \1 checks pass", result.stdout)
-    assert re.search(r"Status of the serving pair\s+2\s+-\s+-\s+2", result.stdout), result.stdout  # changed nothing
+    assert re.search(r"Status of the serving cluster\s+2\s+-\s+-\s+2", result.stdout), result.stdout  # changed nothing
     print(f"status took {took:.1f} s")
 
 
