@@ -9,9 +9,10 @@ from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
 
 from facts.fabric import FabricState, Link
+from layout import RUN_DIR
 from operations.render import render, show_diff
 
-STAGING_DIR = "/run/dual-spark/netplan-check"
+STAGING_DIR = f"{RUN_DIR}/netplan-check"
 
 
 def render_netplan(hostname: str, others: list[str], rails: list[dict], mtu: int) -> str:
