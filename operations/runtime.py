@@ -19,7 +19,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringC
 
 from cluster import Cluster, Node
 from facts.runtime import ImageState, ModelState, token_path
-from layout import FABRIC_CIPHER, SSH_OPTIONS, paths
+from layout import FABRIC_CIPHER, OWN_FILES, SSH_OPTIONS, paths
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from serving_data import model_source
 
@@ -328,7 +328,7 @@ def fetch(model: dict, user: str, where: dict, model_dir: str, image: dict, hf_e
                           "--manifest", QuoteString(where["manifest"]), "&&")
     own = StringCommand("&&", "chown", "-R", QuoteString(f"{user}:"), QuoteString(model_dir))
     if "path" in model:
-        copy = ["rsync", "-a", "--delete", "--exclude", QuoteString("/.dual-spark-*"), "--info=progress2", "--no-inc-recursive",
+        copy = ["rsync", "-a", "--delete", "--exclude", QuoteString(f"/{OWN_FILES}*"), "--info=progress2", "--no-inc-recursive",
                 QuoteString(model["path"].rstrip("/") + "/"), QuoteString(model_dir + "/")]
         return FunctionCommand(streamed, (StringCommand(
             claim, "python3", QuoteString(where["progress"]), "run", "--what", QuoteString(f"copying the model from {model['path']}"),
