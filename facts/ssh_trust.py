@@ -7,6 +7,7 @@ from typing import TypedDict
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from facts.combine import combined, read_lines, split
+from layout import ssh_options
 
 KEY_NAME = "id_ed25519"
 
@@ -89,7 +90,7 @@ class SshLogin(FactBase[Login]):
 
     def command(self, user: str, address: str) -> StringCommand:
         return StringCommand(
-            "sudo", "-n", "-u", QuoteString(user), "ssh", "-o", "BatchMode=yes", "-o", "ConnectTimeout=3",
+            "sudo", "-n", "-u", QuoteString(user), "ssh", *ssh_options(connect_timeout=3),
             QuoteString(address), "true", "2>/dev/null", "&&", "echo", "yes", "||", "echo", "no",
         )
 
