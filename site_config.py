@@ -240,13 +240,12 @@ class _Validator:
             return []
         nodes = [Node(rank, node["hostname"], node["ssh_host"], rails) for rank, (_, node, rails) in enumerate(ordered)]
         for label, key in (("hostname", lambda n: n.hostname.lower()), ("ssh_host", lambda n: n.ssh_host.lower().rstrip("."))):
-            seen: dict[str, int] = {}
-            for node in nodes:
+            seen: dict[str, str] = {}
+            for node, (where, _, _) in zip(nodes, ordered):
                 if key(node) in seen:
-                    self.error(f"node[rank {node.rank}].{label}", getattr(node, label),
-                               f"rank {seen[key(node)]} has it already: every Spark needs its own {label}"
+                    self.error(f"{where}.{label}", getattr(node, label), f"{seen[key(node)]} has it already: every Spark needs its own {label}"
                                + (" (set one with hostnamectl)" if label == "hostname" else ""))
-                seen.setdefault(key(node), node.rank)
+                seen.setdefault(key(node), where)
         return nodes
 
     def _ranked(self, declared: list) -> list:
@@ -263,11 +262,17 @@ class _Validator:
                 self.error(f"{heads[1][0]}.role", "head", f"{heads[0][0]} is the head already: declare one head")
                 return []
             ordered = heads + [item for item in declared if item not in heads]
+        ranked = all(rank is not None for rank in ranks)
         for rank, (where, node, _) in enumerate(ordered):
             role = "head" if rank == 0 else "worker"
             if node.get("role", role) != role:
-                self.error(f"{where}.role", node["role"], f"this node is rank {rank}, the {role}: "
-                           + ("put the head's [[node]] first, or give it rank = 0" if rank == 0 else "declare one head"))
+                if ranked:
+                    fix = f"this node has rank {rank}, so it is the {role}: set role = \"{role}\" or drop role"
+                elif rank == 0:
+                    fix = "the first [[node]] is the head: put the head's [[node]] first, or give it role = \"head\""
+                else:
+                    fix = "declare one head"
+                self.error(f"{where}.role", node["role"], fix)
                 return []
         return ordered
 
@@ -282,7 +287,7 @@ class _Validator:
         head = nodes[0]
         for node in nodes[1:]:
             if len(node.rails) != len(head.rails):
-                self.error(f"{node.hostname} rail", f"head {len(head.rails)}, {node.hostname} {len(node.rails)}",
+                self.error(f"{node.hostname} rail", f"{head.hostname} {len(head.rails)}, {node.hostname} {len(node.rails)}",
                            "give every node the same number of rails: rail N of each node is on the same cable (direct) or switch subnet")
                 return
         seen_addresses: dict[str, str] = {}

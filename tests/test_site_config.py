@@ -64,7 +64,7 @@ BAD_CONFIGURATIONS = [
     ("MTU out of range", "", "\n[settings]\nfabric_mtu = 65000\n", [], "settings.fabric_mtu"),
     ("unknown profile override", "", "", ["--data", "profile=turbo"], "--data profile"),
     ("MTU override out of range", "", "", ["--data", "fabric_mtu=576"], "--data fabric_mtu"),
-    ("same hostnames", 'hostname = "spark-b"', 'hostname = "spark-a"', [], "node[rank 1].hostname"),
+    ("same hostnames", 'hostname = "spark-b"', 'hostname = "spark-a"', [], "node[1].hostname"),
     ("fabric overlaps the LAN", 'ssh_host = "127.0.0.2"', 'ssh_host = "10.0.1.9"', [], "rail[1].address"),
     ("unknown setting", "", "\n[settings]\ncolour = 3\n", [], "settings.colour"),
     ("rail counts differ", '\n[[node.rail]]\nnetdev = "enP2p1s0f0np0"\nrdma = "roceP2p1s0f0"\naddress = "10.0.1.2/24"\n', "\n", [], "spark-b rail"),

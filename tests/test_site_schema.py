@@ -139,7 +139,7 @@ USER_MISTAKES = [
     (with_("node.0.rail.0.address", "127.0.0.1/8"), "node[0].rail[0].address"),
     (with_("node.0.rail.0.address", "224.0.0.9/24"), "node[0].rail[0].address"),
     (with_("node.1.rail.1.address", "10.0.1.2/16", with_("node.0.rail.1.address", "10.0.1.1/16")), "rail[1].address"),
-    (with_("node.1.hostname", "SPARK-A"), "node[rank 1].hostname"),
+    (with_("node.1.hostname", "SPARK-A"), "node[1].hostname"),
     (with_("profile.adaptive", {"env": {"X: 1\n    pid: host\n    cap_add: [ALL]\n#": "1"}}), "profile.adaptive.env"),
     (with_("profile.adaptive", {"env": {"NCCL_DEBUG": 1}}), "profile.adaptive.env.NCCL_DEBUG"),
     (with_("settings.serving_env", {"A": "1\n    pid: host"}), "settings.serving_env.A"),
