@@ -12,6 +12,7 @@ import runpy
 import tomllib
 from pathlib import Path
 
+import layout
 import serving_data
 import site_schema as schema
 from cluster import Cluster, Node, Rail, parallel
@@ -38,8 +39,8 @@ SHAPES = {
     "image": "declare each image as an [image.NAME] table",
     "profile": "declare profiles as [profile.NAME] tables; to choose the served one, set profile = \"NAME\" under [settings]",
 }
-# What state_dir holds besides a model_dir inside it (operations/runtime.py: paths).
-STATE_ENTRIES = {"bin", "serving", "runtime", "model.manifest.json"}
+# What state_dir holds besides a model_dir inside it: the first name of each of layout.paths under it.
+STATE_ENTRIES = {path.split("/")[2] for path in layout.paths("/state", "/model").values() if path.startswith("/state/")}
 
 
 class SiteError(Exception):
