@@ -41,7 +41,7 @@ class Lab:
         for node in self.nodes:
             nodes.boot(node)
             hardware.start_sync(node)
-        return site.write(image.runtime_build_context(), image.vllm_paths(), self.nodes, self.topology)
+        return site.write(image.runtime_build_context(), image.vllm_paths(), self.nodes, self.topology, image.older_runtime_context())
 
     def down(self) -> None:
         """Remove namespaces, mounts, processes, links, cgroups and files of whatever lab is up

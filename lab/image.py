@@ -1,11 +1,13 @@
 """The lab's images, built once and cached: the factory image of an emulated Spark (a Debian
 root file system with the emulated GB10 tools and an offline apt mirror), and the build context
 of the lab's runtime container image (a small Debian root file system that runs the cached CPU
-vLLM, which the nodes share read-only)."""
+vLLM, which the nodes share read-only), and of an older one (the same, its vLLM read as one
+without dynamic speculation)."""
 
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import tarfile
@@ -22,6 +24,7 @@ PACKAGES = [
 NOT_IN_FACTORY_IMAGE = ["iperf3"]
 OFFLINE_MIRROR = "/var/lib/sparklab-mirror"
 MEMLOCK_SHIM = HERE / "shim/memlock_shim.c"
+OLDER_VLLM = HERE / "older_vllm.py"
 RUNTIME_PACKAGES = ["python3", "libnuma1"]
 # Part of the cache keys: bump when the build steps below change.
 BUILD_REVISION = 2
@@ -150,3 +153,21 @@ def _build_runtime(out: Path, venv_bin: str) -> None:
         f"ENV PATH={venv_bin}:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\n"
         'CMD ["python3"]\n'
     )
+
+
+def older_runtime_context() -> Path:
+    """The build context of an image whose vLLM predates dynamic speculation, which the lab's
+    shared CPU vLLM cannot be: the runtime image's root file system (the same tar, hard-linked)
+    and Dockerfile, plus older_vllm.py as its sitecustomize.py (on PYTHONPATH), which drops the
+    newer SpeculativeConfig fields, so that the deploy's smoke test reads what an older vLLM has."""
+    runtime = runtime_build_context()
+    return _cached("older-runtime-context", [BUILD_REVISION, runtime.name, OLDER_VLLM], lambda out: _build_older(out, runtime))
+
+
+def _build_older(out: Path, runtime: Path) -> None:
+    out.mkdir(parents=True)
+    os.link(runtime / "rootfs.tar.gz", out / "rootfs.tar.gz")
+    shutil.copy2(OLDER_VLLM, out / "sitecustomize.py")
+    (out / "Dockerfile").write_text((runtime / "Dockerfile").read_text().replace(
+        "CMD", "# Older: its vLLM reads as one without dynamic speculation (lab/older_vllm.py).\n"
+        "COPY sitecustomize.py /usr/local/lib/sparklab-older/\nENV PYTHONPATH=/usr/local/lib/sparklab-older\nCMD"))

@@ -9,7 +9,9 @@ allows, the CPU vLLM environment mounted into the containers, the tiny model alr
 head's disk, a runtime image built from the lab's Debian root file system, and CPU values for
 each published profile (same names, same number of sequences, the tiny model's 65,536-token
 window: room for Claude Code's 32,000 output tokens on top of its prompt). The tiny model is
-served with vLLM's `hermes` tool-call parser, so the agents' requests with tools are taken."""
+served with vLLM's `hermes` tool-call parser, so the agents' requests with tools are taken.
+A second image, lab-cpu-older, reads as a vLLM without dynamic speculation (lab/older_vllm.py);
+no profile uses it, so no deploy builds it until a profile names it."""
 
 from __future__ import annotations
 
@@ -36,8 +38,10 @@ def table(name: str, values: dict) -> list[str]:
     return [f"[{name}]", *(f"{key} = {toml(value)}" for key, value in values.items()), ""]
 
 
-def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = None, topology: str = "direct") -> str:
-    """The site file of the lab of ``nodes`` (default: the pair) in ``topology``."""
+def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = None, topology: str = "direct",
+           older_context: Path | None = None) -> str:
+    """The site file of the lab of ``nodes`` (default: the pair) in ``topology``; with the older
+    image's build context, its [image.lab-cpu-older] too."""
     nodes = nodes or lab_nodes(2)
     memlock, nofile = resource.getrlimit(resource.RLIMIT_MEMLOCK)[1], resource.getrlimit(resource.RLIMIT_NOFILE)[1]
     lines = [
@@ -67,7 +71,9 @@ def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = 
     })
     lines += table("model", {"path": LAB_MODEL, "served_name": "tiny", "tokenizer_mode": "auto",
                              "tool_call_parser": "hermes", "reasoning_parser": ""})
-    lines += table("image.lab-cpu", {"build": str(runtime_context), "kv_cache_dtypes": ["auto"], "python": "python3", "vllm": "vllm"})
+    for name, context in (("lab-cpu", runtime_context), ("lab-cpu-older", older_context)):
+        if context is not None:
+            lines += table(f"image.{name}", {"build": str(context), "kv_cache_dtypes": ["auto"], "python": "python3", "vllm": "vllm"})
     for name in PROFILES:
         lines += table(f"profile.{name}", {"image": "lab-cpu", "kv_cache_dtype": "auto", "max_model_len": LAB_WINDOW,
                                            "gpu_memory_utilization": 0.2, "speculative_tokens": 3, "flashinfer_autotune": False,
@@ -75,7 +81,8 @@ def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = 
     return "\n".join(lines)
 
 
-def write(runtime_context: Path, shared: list[str], nodes: list[Node] | None = None, topology: str = "direct") -> Path:
+def write(runtime_context: Path, shared: list[str], nodes: list[Node] | None = None, topology: str = "direct",
+          older_context: Path | None = None) -> Path:
     site = LAB_DIR / "site.toml"
-    site.write_text(render(runtime_context, shared, nodes, topology))
+    site.write_text(render(runtime_context, shared, nodes, topology, older_context))
     return site

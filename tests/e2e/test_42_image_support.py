@@ -1,0 +1,57 @@
+"""A profile key the image's vLLM lacks is refused on the lab, against a real image, before the
+running stack is touched. The lab's image lab-cpu-older reads as a vLLM without dynamic
+speculation (lab/older_vllm.py; the lab's one CPU vLLM has it): the profile switch builds it,
+sends it down the ranks and smoke-tests it on each node (the reading comes from the image), then
+refuses, so both vLLM containers are the ones that ran before, still serving adaptive."""
+
+import json
+
+import pytest
+
+from lab.config import HEAD, WORKER
+from lab.processes import in_node
+from operations.runtime import smoke_marker
+from site_config import load_site
+from tests.e2e.conftest import SITE, generates, pyinfra
+
+pytestmark = pytest.mark.end_to_end
+# profile -> its key (as the site file sets it), the SpeculativeConfig field it needs, the fix the refusal names
+LACKING = {
+    "older-schedule": ("speculative_schedule = [[1, 1, 3], [2, 4, 1]]", "num_speculative_tokens_per_batch_size",
+                       "a second profile with another fixed speculative_tokens"),
+    "older-verification": ("adaptive_verification = true", "enable_adaptive_verification",
+                           "drop adaptive_verification from the profile"),
+}
+
+
+def container(node) -> dict:
+    fields = in_node(node.dir, "docker", "inspect", "-f", '{{.Id}} {{.State.StartedAt}} {{index .Config.Labels "dual-spark.profile"}}',
+                     "dual-spark-vllm", capture_output=True).stdout.split()
+    return {"id": fields[0], "started": fields[1], "profile": fields[2]}
+
+
+def speculative_fields(node, site, image: str) -> list[str]:
+    """The SpeculativeConfig fields the node's smoke test read in ``image`` (its marker's second line)."""
+    cluster = load_site(site)
+    marker = smoke_marker(cluster.settings["state_dir"], cluster.serving["images"][image]["tag"])
+    return json.loads((node.root / marker.lstrip("/")).read_text().splitlines()[1])
+
+
+@pytest.mark.parametrize("profile", LACKING)
+def test_a_key_the_image_lacks_is_refused_before_the_running_stack_is_touched(converged, tmp_path, profile):
+    setting, field, fix = LACKING[profile]
+    key = setting.split()[0]
+    site = tmp_path / "site.toml"
+    site.write_text(SITE.read_text() + f'\n[profile.{profile}]\nbase = "adaptive"\nimage = "lab-cpu-older"\n{setting}\n')
+    before = {node.role: container(node) for node in (HEAD, WORKER)}
+    assert before["head"]["profile"] == before["worker"]["profile"] == "adaptive"
+    result = pyinfra("-y", "--data", f"profile={profile}", task="tasks/profile.py", site=site)
+    assert result.returncode != 0, result.stdout
+    for said in (f"profile {profile} sets {key}, but the vLLM of image lab-cpu-older", f"has no {field} in its SpeculativeConfig",
+                 "nothing was stopped", fix):
+        assert said in result.stdout, result.stdout
+    assert {node.role: container(node) for node in (HEAD, WORKER)} == before
+    assert generates()
+    for node in (HEAD, WORKER):  # read from each node's copy of the image, where the running one has it
+        older, running = speculative_fields(node, site, "lab-cpu-older"), speculative_fields(node, site, "lab-cpu")
+        assert "num_speculative_tokens" in older and field not in older and field in running
