@@ -275,8 +275,8 @@ def image_supports(settings: dict) -> None:
             raise OperationError(
                 f"profile {settings['profile_name']} sets {key}, but the vLLM of {named}, {reading['id'][:19]}, has no {field} in its "
                 f"SpeculativeConfig: nothing was stopped. Fix: drop {key} from the profile, or use an image whose vLLM has {field}"
-                + ("; for another draft length under load, a second profile with another fixed speculative_tokens (base = "
-                   f"\"{settings['profile_name']}\", speculative_tokens = N), switched with tasks/profile.py" if key == "speculative_schedule" else ""))
+                + ("; for another draft length under load, a second profile with another fixed speculative_tokens and no "
+                   f"speculative_schedule (one based on {settings['profile_name']} inherits its schedule), switched with tasks/profile.py" if key == "speculative_schedule" else ""))
 
 
 def compose(stack_dir: str, *args: str) -> StringCommand:
