@@ -93,3 +93,57 @@ def fit(prompt: str, single: dict, wide: dict) -> list[dict]:
         rows.append({**row, "favoured_length": max(range(len(predicted)), key=predicted.__getitem__),
                      "predicted_decode_tok_s": predicted, "why": None})
     return rows
+
+
+def step_fit(cells: list[dict]) -> dict | None:
+    """The decode step of one prompt's cells, all measured at one draft length N, fitted by least
+    squares as base + per_token * C * (N + 1); None without two concurrencies or when the step
+    times do not fit (no fixed cost, or a step that gets shorter with more tokens)."""
+    points = [(cell["concurrency"] * len(cell["spec"]["draft_lengths"]), step_seconds(cell)) for cell in cells]
+    if len({x for x, _ in points}) < 2:
+        return None
+    mean_x, mean_y = (sum(x for x, _ in points) / len(points), sum(y for _, y in points) / len(points))
+    per_token = sum((x - mean_x) * (y - mean_y) for x, y in points) / sum((x - mean_x) ** 2 for x, _ in points)
+    base = mean_y - per_token * mean_x
+    return {"base_step_ms": base * 1e3, "per_token_ms": per_token * 1e3} if base > 0 and per_token >= 0 else None
+
+
+def schedule(cells: list[dict]) -> dict:
+    """The draft length the measurement favours at each concurrency, as a per-batch-size schedule.
+
+    ``cells`` as for favoured_lengths, all at one draft length N. Per prompt the step is fitted over
+    every concurrency (step_fit); at concurrency C a draft of k <= N carries 1 + the first k
+    positions' acceptance measured at C, per step of base + per_token * C * (k + 1). The k chosen
+    at C has the highest such decode rate relative to N's, averaged over the prompts; a concurrency
+    no fitted prompt measured keeps N. Ranges of equal k make the schedule."""
+    cells = [cell for cell in cells if usable(cell)]
+    if not cells:
+        return {"measured_length": None, "fits": {}, "rows": [], "schedule": []}
+    measured = len(cells[0]["spec"]["draft_lengths"]) - 1
+    prompts = list(dict.fromkeys(cell["prompt"] for cell in cells))
+    fits = {prompt: step_fit([cell for cell in cells if cell["prompt"] == prompt]) for prompt in prompts}
+    rows = []
+    for concurrency in sorted({cell["concurrency"] for cell in cells}):
+        behind = []
+        for cell in cells:
+            fitted = fits[cell["prompt"]]
+            if cell["concurrency"] != concurrency or fitted is None:
+                continue
+            base, per_token = fitted["base_step_ms"], fitted["per_token_ms"]
+            predicted = [1e3 * length["tokens_per_step"] / (base + per_token * concurrency * (length["num_speculative_tokens"] + 1))
+                         for length in cell["spec"]["draft_lengths"]]
+            behind.append({"prompt": cell["prompt"], "step_ms": step_seconds(cell) * 1e3,
+                           "acceptance_per_position": cell["spec"]["acceptance_per_position"],
+                           "predicted_decode_tok_s": predicted})
+        relative = [sum(row["predicted_decode_tok_s"][k] / row["predicted_decode_tok_s"][measured] for row in behind) / len(behind)
+                    for k in range(measured + 1)] if behind else []
+        favoured = max(range(measured + 1), key=relative.__getitem__) if behind else measured
+        rows.append({"concurrency": concurrency, "favoured_length": favoured, "relative_to_measured": relative, "behind": behind,
+                     "why": None if behind else "no prompt's step times fit at this concurrency: keeps the measured length"})
+    ranges: list[list[int]] = []
+    for row in rows:
+        if ranges and ranges[-1][2] == row["favoured_length"] and ranges[-1][1] == row["concurrency"] - 1:
+            ranges[-1][1] = row["concurrency"]
+        else:
+            ranges.append([row["concurrency"], row["concurrency"], row["favoured_length"]])
+    return {"measured_length": measured, "fits": fits, "rows": rows, "schedule": ranges}

@@ -79,3 +79,44 @@ def test_a_wider_cell_faster_per_step_is_said_not_to_fit():
 
 def test_no_single_stream_cell_means_no_verdict():
     assert speculation.favoured_lengths([cell(4, [0.8], 0.05, 0.004)]) == []
+
+
+def brute_force(by_position, base, per_token, concurrency):
+    rates = [(1 + sum(by_position[:k])) / (base + per_token * concurrency * (k + 1)) for k in range(len(by_position) + 1)]
+    return rates.index(max(rates))
+
+
+def test_the_schedule_takes_the_favoured_length_at_every_concurrency_as_ranges():
+    by_position, base, per_token = [0.9, 0.85, 0.8, 0.75, 0.7, 0.65, 0.6], 0.020, 0.004
+    derived = speculation.schedule([cell(c, by_position, base, per_token) for c in (1, 2, 3, 4)])
+    assert derived["fits"]["10K"] == {"base_step_ms": pytest.approx(20), "per_token_ms": pytest.approx(4)}
+    favoured = [brute_force(by_position, base, per_token, c) for c in (1, 2, 3, 4)]
+    assert [row["favoured_length"] for row in derived["rows"]] == favoured == [7, 7, 5, 5]
+    assert derived["schedule"] == [[1, 2, 7], [3, 4, 5]] and derived["measured_length"] == 7
+    c4 = derived["rows"][3]
+    assert c4["relative_to_measured"][7] == pytest.approx(1) and max(c4["relative_to_measured"]) == c4["relative_to_measured"][5] > 1
+
+
+def test_acceptance_is_read_per_concurrency_and_prompts_count_alike():
+    """A wider batch that accepts less drafts less; two prompts of one shape agree with either."""
+    base, per_token = 0.020, 0.004
+    cells = [cell(1, [0.9, 0.85, 0.8], base, per_token), cell(2, [0.9, 0.85, 0.8], base, per_token),
+             cell(3, [0.2, 0.05, 0.0], base, per_token)]
+    other = [{**c, "prompt": "200K"} for c in cells]
+    derived = speculation.schedule(cells + other)
+    assert derived["schedule"] == [[1, 2, 3], [3, 3, brute_force([0.2, 0.05, 0.0], base, per_token, 3)]]
+    assert derived["schedule"][1][2] < 3 and len(derived["rows"][2]["behind"]) == 2
+
+
+def test_step_times_that_do_not_fit_keep_the_measured_length_and_say_why():
+    cells = [cell(c, [0.8, 0.6], 0.05, 0.004) for c in (1, 2)]
+    cells[1]["decode_tok_s"] = cells[0]["decode_tok_s"] * 1.5  # two streams step faster than one
+    derived = speculation.schedule(cells)
+    assert derived["fits"] == {"10K": None} and derived["schedule"] == [[1, 2, 2]]
+    assert all("keeps the measured length" in row["why"] for row in derived["rows"])
+
+
+def test_no_speculation_measured_means_no_schedule():
+    spec = speculation.summary({"drafts": 0.0, "draft_tokens": 0.0, "accepted_tokens": 0.0, "generation_tokens": 0.0,
+                                "accepted_per_position": []})
+    assert speculation.schedule([{"prompt": "10K", "concurrency": 1, "decode_tok_s": 10.0, "spec": spec}])["schedule"] == []
