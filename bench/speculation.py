@@ -125,21 +125,17 @@ def schedule(cells: list[dict]) -> dict:
     rows = []
     for concurrency in sorted({cell["concurrency"] for cell in cells}):
         behind = []
-        for cell in cells:
+        for cell in (cell for cell in cells if cell["concurrency"] == concurrency):
             fitted = fits[cell["prompt"]]
-            if cell["concurrency"] != concurrency or fitted is None:
-                continue
-            base, per_token = fitted["base_step_ms"], fitted["per_token_ms"]
-            predicted = [1e3 * length["tokens_per_step"] / (base + per_token * concurrency * (length["num_speculative_tokens"] + 1))
-                         for length in cell["spec"]["draft_lengths"]]
+            predicted = [1e3 * length["tokens_per_step"] / (fitted["base_step_ms"] + fitted["per_token_ms"] * concurrency * (length["num_speculative_tokens"] + 1))
+                         for length in cell["spec"]["draft_lengths"]] if fitted else None
             behind.append({"prompt": cell["prompt"], "step_ms": step_seconds(cell) * 1e3,
-                           "acceptance_per_position": cell["spec"]["acceptance_per_position"],
-                           "predicted_decode_tok_s": predicted})
-        relative = [sum(row["predicted_decode_tok_s"][k] / row["predicted_decode_tok_s"][measured] for row in behind) / len(behind)
-                    for k in range(measured + 1)] if behind else []
-        favoured = max(range(measured + 1), key=relative.__getitem__) if behind else measured
+                           "acceptance_per_position": cell["spec"]["acceptance_per_position"], "predicted_decode_tok_s": predicted})
+        fitted = [row["predicted_decode_tok_s"] for row in behind if row["predicted_decode_tok_s"]]
+        relative = [sum(predicted[k] / predicted[measured] for predicted in fitted) / len(fitted) for k in range(measured + 1)] if fitted else []
+        favoured = max(range(measured + 1), key=relative.__getitem__) if fitted else measured
         rows.append({"concurrency": concurrency, "favoured_length": favoured, "relative_to_measured": relative, "behind": behind,
-                     "why": None if behind else "no prompt's step times fit at this concurrency: keeps the measured length"})
+                     "why": None if fitted else "no prompt's step times fit: keeps the measured length"})
     ranges: list[list[int]] = []
     for row in rows:
         if ranges and ranges[-1][2] == row["favoured_length"] and ranges[-1][1] == row["concurrency"] - 1:

@@ -56,7 +56,9 @@ def tunable(cluster: Cluster, name: str) -> dict:
     return profile
 
 
-def parse_schedule(text: str) -> list[list[int]]:
+def parse_schedule(text: str | None) -> list[list[int]] | None:
+    if text is None:
+        return None
     try:
         value = json.loads(text)
     except json.JSONDecodeError:
@@ -134,9 +136,10 @@ def print_derivation(derived: dict) -> None:
     for row in derived["rows"]:
         click.echo(f"  C{row['concurrency']}: k = {row['favoured_length']}" + (f" ({row['why']})" if row["why"] else ""))
         for behind in row["behind"]:
+            predicted = behind["predicted_decode_tok_s"]
             click.echo(f"      {behind['prompt']}: step {behind['step_ms']:.1f} ms; acceptance by position "
                        + " ".join(f"{rate:.0%}" for rate in behind["acceptance_per_position"])
-                       + "; predicted decode tok/s for k = 0.." + f"{measured}: " + " ".join(f"{v:.1f}" for v in behind["predicted_decode_tok_s"]))
+                       + (f"; predicted decode tok/s for k = 0..{measured}: " + " ".join(f"{v:.1f}" for v in predicted) if predicted else ""))
 
 
 def print_ab(rows: list[dict], fixed_k: int, schedule: list[list[int]]) -> list[str]:
@@ -172,7 +175,7 @@ def print_ab(rows: list[dict], fixed_k: int, schedule: list[list[int]]) -> list[
               help="Prompt sizes in the server's tokens, comma-separated.")
 @click.option("--requests", "groups", default=3, show_default=True, help="Requests (C1) or groups (C>1) per cell.")
 @click.option("--max-tokens", default=256, show_default=True, help="Output length of every request.")
-@click.option("--schedule", "given", help="A/B this schedule (JSON, e.g. '[[1, 1, 7], [2, 4, 3]]') instead of the derived one.")
+@click.option("--schedule", "given", callback=lambda _, __, value: parse_schedule(value), help="A/B this schedule (JSON, e.g. '[[1, 1, 7], [2, 4, 3]]') instead of the derived one.")
 @click.option("--ab/--no-ab", default=True, show_default=True, help="Serve the schedule and measure it against the fixed k (two switches of every node).")
 @click.option("--out", "out_dir", default="bench/results", show_default=True, type=click.Path(file_okay=False, path_type=Path))
 def main(site_file, accept_new_host_key, prompt_tokens, groups, max_tokens, given, ab, out_dir):
@@ -182,7 +185,6 @@ def main(site_file, accept_new_host_key, prompt_tokens, groups, max_tokens, give
         cluster = load_site(site_file)
     except SiteError as error:
         raise click.ClickException(str(error)) from None
-    given = parse_schedule(given) if given else None
     sizes = [int(size) for size in prompt_tokens.split(",")]
     started = datetime.now(UTC)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")

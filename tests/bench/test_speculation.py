@@ -114,6 +114,8 @@ def test_step_times_that_do_not_fit_keep_the_measured_length_and_say_why():
     derived = speculation.schedule(cells)
     assert derived["fits"] == {"10K": None} and derived["schedule"] == [[1, 2, 2]]
     assert all("keeps the measured length" in row["why"] for row in derived["rows"])
+    assert [len(row["behind"]) for row in derived["rows"]] == [1, 1] and derived["rows"][1]["behind"][0]["predicted_decode_tok_s"] is None
+    assert derived["rows"][0]["behind"][0]["acceptance_per_position"] == pytest.approx([0.8, 0.6])
 
 
 def test_no_speculation_measured_means_no_schedule():

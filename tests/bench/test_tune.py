@@ -83,3 +83,12 @@ def test_a_schedule_that_wins_everywhere_says_so(capsys):
     better = measured([(1, 11.0, 11.0, 100, 300), (2, 9.5, 19.0, 200, 400)])
     assert tune.print_ab(tune.compare(fixed, better), 3, [[1, 1, 3], [2, 2, 2]]) == []
     assert "beats k = 3 at every concurrency measured" in capsys.readouterr().out
+
+
+def test_bad_arguments_are_refused_naming_the_option_before_any_contact(tmp_path):
+    from click.testing import CliRunner
+
+    result = CliRunner().invoke(tune.main, ["--site", str(SITE), "--schedule", "[[1, 4]]"])
+    assert result.exit_code == 2 and "Invalid value for '--schedule'" in result.output
+    result = CliRunner().invoke(tune.main, ["--site", str(tmp_path / "none.toml")])
+    assert result.exit_code == 1 and "no site file" in result.output

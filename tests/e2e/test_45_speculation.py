@@ -51,7 +51,11 @@ def test_the_tuner_measures_every_concurrency_and_derives_a_schedule_from_it(tun
     assert ranges[0][0] == 1 and ranges[-1][1] == 4 and all(a[1] + 1 == b[0] for a, b in zip(ranges, ranges[1:]))
     assert all(0 <= k <= 3 for _, _, k in ranges)
     assert f"the measurement favours speculative_schedule = {json.dumps(ranges)}" in output
-    assert re.search(r"C4: k = \d\n\s+512: step [\d.]+ ms; acceptance by position \d+% \d+% \d+%; predicted decode tok/s for k = 0..3: ", output)
+    # The CPU pair's step barely grows with the batch, and noise can make it shrink: then no fit, and k stays 3.
+    fitted = derived["fits"]["512"]
+    assert re.search(r"C4: k = \d.*\n\s+512: step [\d.]+ ms; acceptance by position \d+% \d+% \d+%"
+                     + ("; predicted decode tok/s for k = 0..3: " if fitted else "\n"), output), output
+    assert fitted or (ranges == [[1, 4, 3]] and "prompt 512: decode step does not fit" in output)
 
 
 def test_vllms_counters_show_the_schedule_at_work(tuned):
