@@ -155,11 +155,10 @@ def print_ab(rows: list[dict], fixed_k: int, schedule: list[list[int]]) -> list[
         d, a, k = row["decode_tok_s"], row["aggregate_tok_s"], row["draft_tokens_per_draft"]
         click.echo(f"{row['prompt']:>8} {row['concurrency']:>3} {number(d['fixed']):>13} {number(d['schedule']):>9} {number(d['ratio']):>5}x "
                    f"{number(a['fixed']):>16} {number(a['schedule']):>9} {number(a['ratio']):>5}x {number(k['fixed'], 1):>6} -> {number(k['schedule'], 1)}")
-        lost = [name for name, ratio in (("decode per stream", d["ratio"]), ("aggregate", a["ratio"])) if ratio is None or ratio <= 1]
+        lost = {name: ratio for name, ratio in (("decode per stream", d["ratio"]), ("aggregate", a["ratio"])) if ratio is None or ratio <= 1}
         if lost:
             losses.append(f"the schedule does not beat k = {fixed_k} at C{row['concurrency']} ({row['prompt']}-token prompt): "
-                          + ", ".join(f"{name} x{number(r)}" for name, r in (("decode per stream", d["ratio"]), ("aggregate", a["ratio"]))
-                                      if name in lost))
+                          + ", ".join(f"{name} x{number(ratio)}" for name, ratio in lost.items()))
     for sentence in losses:
         click.echo(sentence)
     if not losses:
@@ -196,8 +195,8 @@ def main(site_file, accept_new_host_key, prompt_tokens, groups, max_tokens, give
         fixed_k, concurrencies = profile["speculative_tokens"], list(range(1, profile["max_num_seqs"] + 1))
         endpoint = Endpoint(url, None, key)
         endpoint.model = served_model(endpoint)
-        if given:
-            with_profile(stack, site_file, snippet(free_name(cluster, running), running, given, "checked before measuring"))
+        name = free_name(cluster, running)
+        given_site = with_profile(stack, site_file, snippet(name, running, given, "given with --schedule")) if given else None
         prompts = fit_prompts(endpoint, sizes, max_tokens)
         click.echo(f"--> measuring profile {running} (k = {fixed_k}) at C{concurrencies[0]}..C{concurrencies[-1]} on prompts of {prompt_tokens} tokens")
         warm_up(endpoint, prompts[0])
@@ -208,7 +207,6 @@ def main(site_file, accept_new_host_key, prompt_tokens, groups, max_tokens, give
                                        "nothing to derive. Fix: check the speculative_method and the drafter the image serves")
         click.echo(f"the measurement favours speculative_schedule = {json.dumps(derived['schedule'])} (k per batch size):")
         print_derivation(derived)
-        name = free_name(cluster, running)
         why = (f"bench.tune {stamp}: {running} measured at k = {fixed_k}, C1..C{concurrencies[-1]}, prompts of {prompt_tokens} tokens"
                + (", derived " + json.dumps(derived["schedule"]) if given else ""))
         tried = given or derived["schedule"]
@@ -221,7 +219,7 @@ def main(site_file, accept_new_host_key, prompt_tokens, groups, max_tokens, give
         if tried == [[1, concurrencies[-1], fixed_k]]:
             click.echo(f"the measurement favours the fixed k = {fixed_k} at every concurrency: nothing to apply, no A/B")
         elif ab:
-            run_ab(with_profile(stack, site_file, text), site_file, running, name, record, endpoint, prompts, groups, max_tokens)
+            run_ab(given_site or with_profile(stack, site_file, text), site_file, running, name, record, endpoint, prompts, groups, max_tokens)
     snippet_path = out_dir / f"tune-{running}-{stamp}.toml"
     snippet_path.write_text(text)
     path = out_dir / f"tune-{running}-{stamp}.json"
