@@ -72,13 +72,13 @@ def _model(model: dict, error) -> None:
 
 def _image(name: str, spec: dict, error) -> None:
     where = f"image.{name}"
-    if not schema.NAME.match(name):
+    if not schema.NAME.fullmatch(name):
         error(where, name, "name images with lower-case letters, digits, '-' and '_'")
     if ("ref" in spec) == ("build" in spec):
         error(where, sorted(spec), "give exactly one of ref (pulled by digest) or build (a directory with a Dockerfile)")
         return
     if "ref" in spec:
-        spec["tag"] = f"dual-spark/{name}:{schema.DIGEST_REF.match(spec['ref']).group(1)[:12]}"
+        spec["tag"] = f"dual-spark/{name}:{schema.DIGEST_REF.fullmatch(spec['ref']).group(1)[:12]}"
     else:
         context = (REPO / spec["build"]).resolve()
         if not (context / "Dockerfile").is_file():
@@ -102,7 +102,7 @@ def context_digest(context: Path) -> str:
 
 def _profile(name: str, spec: dict, images: dict, error) -> None:
     where = f"profile.{name}"
-    if not schema.NAME.match(name):
+    if not schema.NAME.fullmatch(name):
         error(where, name, "name profiles with lower-case letters, digits, '-' and '_'")
         return
     missing = sorted(key for key, declared in schema.PROFILE.items() if declared.required and key not in spec)

@@ -28,8 +28,16 @@ SCHEMA = {
     "node": set(schema.NODE),
     "rail": set(schema.RAIL),
     "settings": set(schema.SETTINGS),
+    "model": set(schema.MODEL),
+    "image": set(schema.IMAGE),
+    "profile": set(schema.PROFILE),
 }
-TABLE_NAMES = {"": "the site file", "ssh": "[ssh]", "node": "[[node]]", "rail": "[[node.rail]]", "settings": "[settings]"}
+TABLE_NAMES = {"": "the site file", "ssh": "[ssh]", "node": "[[node]]", "rail": "[[node.rail]]", "settings": "[settings]",
+               "model": "[model]", "image": "[image.NAME]", "profile": "[profile.NAME]"}
+# pyinfra's own arguments a `--data` may give: those that cannot weaken what the deploy checks.
+PYINFRA_ARGUMENTS = {"_sudo_password"}
+MAX_DEPTH = 8  # tables and lists inside each other: the deepest the schema has is 4
+SHOWN = 120  # characters of a value quoted in a message
 # A top-level table of the wrong shape: the syntax that gives the right one.
 SHAPES = {
     "ssh": "write [ssh] on a line of its own, then user = \"...\" under it",
@@ -79,6 +87,8 @@ def unknown(key: str, known, where: str, elsewhere: bool = True) -> str:
     table of the site file."""
     candidates = {name: where for name in known}
     for table, names in SCHEMA.items() if elsewhere else ():
+        if key in names and TABLE_NAMES[table] != where:
+            return f"{key} is a key of {TABLE_NAMES[table]}: set it there in the site file"
         for name in names:
             candidates.setdefault(name, TABLE_NAMES[table])
     scored = sorted(((difflib.SequenceMatcher(None, key, name).ratio(), name) for name in candidates), reverse=True)
@@ -138,7 +148,32 @@ def load_site(path: Path | None = None, overrides: dict | None = None) -> Cluste
         raw = tomllib.loads(text)
     except tomllib.TOMLDecodeError as error:
         raise SiteError(f"{path}: not valid TOML ({error}). Fix: correct the syntax.") from None
+    except RecursionError:
+        raise SiteError(f"{path}: arrays or tables nested too deeply to read. Fix: at most {MAX_DEPTH} levels.") from None
+    deep = too_deep({**raw, "--data": overrides or {}})
+    if deep:
+        raise SiteError(f"{path}: {deep} is nested more than {MAX_DEPTH} levels deep. Fix: no key of the site file nests that far.")
     return _Validator(path, raw, overrides or {}).site()
+
+
+def too_deep(value, limit: int = MAX_DEPTH) -> str | None:
+    """The first field nested deeper than ``limit`` tables and lists (walked without recursion)."""
+    stack = [(value, "", 0)]
+    while stack:
+        item, where, depth = stack.pop()
+        if depth > limit:
+            return where
+        if isinstance(item, dict):
+            stack += [(child, f"{where}.{key}" if where else str(key), depth + 1) for key, child in item.items()]
+        elif isinstance(item, list):
+            stack += [(child, f"{where}[{index}]", depth + 1) for index, child in enumerate(item)]
+    return None
+
+
+def shown(value) -> str:
+    """A value as a message quotes it: its repr, cut to a prefix when long."""
+    text = repr(value)
+    return text if len(text) <= SHOWN else f"{text[:SHOWN]}... ({len(text)} characters)"
 
 
 class _Validator:
@@ -156,7 +191,7 @@ class _Validator:
         """Record one problem; a field reports only its first."""
         if field_name not in self.fields_in_error:
             self.fields_in_error.add(field_name)
-            self.errors.append(f"{field_name} = {seen!r}: {fix}")
+            self.errors.append(f"{field_name} = {shown(seen)}: {fix}")
 
     def failed(self, *prefixes: str) -> bool:
         return any(name == p or name.startswith((p + ".", p + "[")) for name in self.fields_in_error for p in prefixes)
@@ -240,7 +275,7 @@ class _Validator:
         if not ordered:
             return []
         nodes = [Node(rank, node["hostname"], node["ssh_host"], rails) for rank, (_, node, rails) in enumerate(ordered)]
-        for label, key in (("hostname", lambda n: n.hostname.lower()), ("ssh_host", lambda n: n.ssh_host.lower().rstrip("."))):
+        for label, key in (("hostname", lambda n: n.hostname.lower()), ("ssh_host", lambda n: schema.host_key(n.ssh_host))):
             seen: dict[str, str] = {}
             for node, (where, _, _) in zip(nodes, ordered):
                 if key(node) in seen:
@@ -348,7 +383,11 @@ class _Validator:
                 self.check.value(where, value, schema.CONNECTOR[key])
             elif key.startswith("ssh_"):
                 self.error(where, value, "connections are the site file's: set [ssh] and each node's ssh_host there, where they are checked per node")
-            elif not key.startswith("_"):
+            elif key.startswith("_"):
+                if key not in PYINFRA_ARGUMENTS:
+                    self.error(where, value, f"pyinfra's own argument would change how every step runs (_ignore_errors turns a refusal "
+                               f"into 'go on'): only {', '.join(sorted(PYINFRA_ARGUMENTS))} may be given")
+            else:
                 self.error(where, value, unknown(key, schema.SETTINGS, "the settings"))
         effective = {**defaults, **settings, **overrides}
         where = {key: ("--data " if key in overrides else "settings.") + key for key in effective}

@@ -8,40 +8,49 @@ returns None or the fix. Lists check each item, tables each name and value."""
 from __future__ import annotations
 
 import ipaddress
+import math
 import os
 import posixpath
 import re
+import socket
 from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
-ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-IDENTIFIER = re.compile(r"^[a-z][a-z0-9_]{0,63}$")
-NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,39}$")
-COMMIT = re.compile(r"^[0-9a-f]{40}$")
-DIGEST_REF = re.compile(r"^[a-z0-9][a-z0-9._/:-]*@sha256:([0-9a-f]{64})$")
-HF_REPO = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}$")
-SERVED_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}$")
-COMMAND = re.compile(r"^[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}$")
-NETDEV = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,14}$")
-RDMA = re.compile(r"^[A-Za-z0-9_.-]{1,63}$")
-USER = re.compile(r"^[a-z_][a-z0-9_-]{0,31}$")
-HOSTNAME = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?$")
-DNS_NAME = re.compile(r"^(?=.{1,253}$)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?$")
-DEBIAN_PACKAGE = re.compile(r"^[a-z0-9][a-z0-9+.-]+$")
-PATH_TEXT = re.compile(r"^/[A-Za-z0-9_.+@/-]*$")
+ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
+IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,63}")
+NAME = re.compile(r"[a-z0-9][a-z0-9_-]{0,39}")
+COMMIT = re.compile(r"[0-9a-f]{40}")
+DIGEST_REF = re.compile(r"[a-z0-9][a-z0-9._/:-]*@sha256:([0-9a-f]{64})")
+HF_REPO = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,95}/[A-Za-z0-9][A-Za-z0-9._-]{0,95}")
+SERVED_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._:/-]{0,127}")
+COMMAND = re.compile(r"[A-Za-z0-9_][A-Za-z0-9_.+-]{0,63}")
+NETDEV = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,14}")
+RDMA = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,62}")
+USER = re.compile(r"[a-z_][a-z0-9_-]{0,31}")
+HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
+DNS_NAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
+DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
+PATH_TEXT = re.compile(r"/[A-Za-z0-9_.+@/-]*")
 ULIMITS = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss",
            "rtprio", "rttime", "sigpending", "stack")
-# Directories the deploy must never own, clean or re-own: the system's trees (nothing inside
-# them either) and the shared directories in which a dedicated one may live.
-SYSTEM_TREES = ("/bin", "/boot", "/dev", "/lib", "/lib32", "/lib64", "/libx32", "/proc", "/run", "/sbin", "/snap",
-                "/sys", "/tmp", "/usr", "/var/lib/docker", "/var/lib/containerd", "/var/run", "/etc/ssh",
-                "/etc/netplan", "/etc/systemd", "/etc/security", "/etc/sysctl.d", "/etc/apt", "/var/log")
-SHARED_DIRECTORIES = ("/", "/etc", "/home", "/media", "/mnt", "/opt", "/root", "/srv", "/var", "/var/cache",
-                      "/var/lib", "/var/opt", "/var/tmp", "/usr/local", "/data")
-NETPLAN_OF_THE_SYSTEM = re.compile(r"^(00-installer-config|01-netcfg|01-network-manager-all|50-cloud-init|90-NM-.*)\.yaml$")
+# The path rule: where the deploy's own directories (state_dir, model_dir, stack_dir) may live.
+# System locations take one directory named for the deploy (dual-spark or dual-spark-*) and what
+# is inside it; a data disk's mount (/data, /mnt, /media, /srv) takes any directory below it.
+# Everything else is refused. On the node the marker is the second line: an
+# existing directory without it is never changed (operations/own.py).
+SYSTEM_HOMES = ("/etc", "/var/lib", "/opt")
+DATA_ROOTS = ("/data", "/mnt", "/media", "/srv")
+OWN_NAME = re.compile(r"dual-spark([-.][A-Za-z0-9_+@-][A-Za-z0-9_.+@-]*)?")
+PATH_RULE = ("use /var/lib/dual-spark[/...], /etc/dual-spark[/...], /opt/dual-spark[/...] (or a dual-spark-* "
+             "directory there), or a directory of its own on a data disk, under /data, /mnt, /media or /srv")
+COMPONENT = re.compile(r"[A-Za-z0-9_.+@-]{1,64}")
+MAX_PATH = 255
+NETPLAN_OF_THE_SYSTEM = re.compile(r"(00-installer-config|01-netcfg|01-network-manager-all|50-cloud-init|90-NM-.*)\.yaml")
 
+MAX_TEXT = 4096  # characters of any one string
+MAX_ITEMS = 1024  # entries of any one list or table
 Rule = Callable[[object], "str | None"]
 
 
@@ -78,7 +87,7 @@ def above(low, high, fix: str) -> Rule:
 
 
 def matching(pattern: re.Pattern, fix: str) -> Rule:
-    return lambda value: None if pattern.match(value) else fix
+    return lambda value: None if pattern.fullmatch(value) else fix
 
 
 def one_of(*choices) -> Rule:
@@ -90,44 +99,58 @@ def single_line(value: str) -> str | None:
 
 
 def absolute_path(value: str) -> str | None:
-    if not PATH_TEXT.match(value):
+    """An absolute, normalised path of at most 255 characters, each component a name of 1 to 64
+    letters, digits and '_.+@-' (not '.' or '..')."""
+    if len(value) > MAX_PATH:
+        return f"use a path of at most {MAX_PATH} characters"
+    if not PATH_TEXT.fullmatch(value):
         return "use an absolute path of letters, digits and '_.+@-/' (no spaces, quotes or ':')"
     if posixpath.normpath(value) != value or value.startswith("//"):
         return f"write the path normalised: {posixpath.normpath(value)!r}"
+    if any(not COMPONENT.fullmatch(part) for part in value.strip("/").split("/") if value != "/"):
+        return "name each directory with 1 to 64 letters, digits and '_.+@-'"
+    return None
+
+
+def own_top(path: str) -> str | None:
+    """The topmost directory of ``path`` that is the deploy's own (the deploy makes it and what is
+    below it; its parent must exist): the dual-spark directory in a system location, the path
+    itself on a data disk. None where the path rule does not allow ``path``."""
+    parts = path.strip("/").split("/")
+    for home in SYSTEM_HOMES:
+        depth = home.count("/")
+        if path.startswith(home + "/") and OWN_NAME.fullmatch(parts[depth]):
+            return "/" + "/".join(parts[:depth + 1])
+    if any(path.startswith(root + "/") for root in DATA_ROOTS):
+        return path
     return None
 
 
 def owned_directory(value: str) -> str | None:
-    """A directory the deploy creates, fills and may clean: never a system or shared one."""
-    problem = absolute_path(value)
-    if problem:
-        return problem
-    for tree in SYSTEM_TREES:
-        if value == tree or value.startswith(tree + "/"):
-            return f"{tree} belongs to the system: use a directory of its own, e.g. /var/lib/dual-spark/..."
-    if value in SHARED_DIRECTORIES or re.match(r"^/home/[^/]+$", value):
-        return "that directory holds more than this deploy's files: name a directory of its own inside it, e.g. /var/lib/dual-spark"
-    return None
+    """A directory the deploy creates, fills and may clean: only where the path rule allows."""
+    return absolute_path(value) or (None if own_top(value) else PATH_RULE)
 
 
 def file_under(directory: str, suffix: str, example: str) -> Rule:
-    pattern = re.compile(rf"^{re.escape(directory)}/[A-Za-z0-9_][A-Za-z0-9_.-]*{re.escape(suffix)}$")
-    return lambda value: None if pattern.match(value) else f"use a file directly under {directory}/ ending in {suffix}, e.g. {example}"
+    pattern = re.compile(rf"{re.escape(directory)}/[A-Za-z0-9_][A-Za-z0-9_.-]{{0,63}}{re.escape(suffix)}")
+    return lambda value: None if pattern.fullmatch(value) else f"use a file directly under {directory}/ ending in {suffix}, e.g. {example}"
 
 
 def netplan_file(value: str) -> str | None:
     problem = file_under("/etc/netplan", ".yaml", "/etc/netplan/40-dual-spark.yaml")(value)
     if problem:
         return problem
-    if NETPLAN_OF_THE_SYSTEM.match(posixpath.basename(value)):
+    if NETPLAN_OF_THE_SYSTEM.fullmatch(posixpath.basename(value)):
         return "that file configures the management LAN (the installer's, cloud-init's or NetworkManager's): keep 40-dual-spark.yaml"
     return None
 
 
 def token_file(value: str) -> str | None:
-    if CONTROL.search(value) or ":" in value or not value.startswith(("/", "~/")):
-        return "use an absolute path on the head, or one under ~/ (the deploy user's home), without ':' or control characters"
-    return None
+    """The hub token: a file of the deploy user's, in its home on the head."""
+    fix = "use a path under ~/ (the deploy user's home on the head), e.g. ~/.cache/huggingface/token"
+    if not value.startswith("~/") or len(value) < 3:
+        return fix
+    return absolute_path(value[1:]) and fix
 
 
 def api_address(value: str) -> str | None:
@@ -157,12 +180,35 @@ def hub_url(value: str) -> str | None:
 
 
 def ssh_address(value: str) -> str | None:
+    """An IP address in its one canonical spelling, or a DNS name that no resolver reads as an
+    address (127.0.0.021 is 127.0.0.17 to ssh, 2130706453 is 127.0.0.21)."""
     try:
-        ipaddress.ip_address(value)
-        return None
+        address = ipaddress.ip_address(value)
     except ValueError:
-        pass
-    return None if DNS_NAME.match(value) else "use the node's management IP address or DNS name (letters, digits, '-', '.')"
+        address = None
+    if address is not None:
+        if address.version == 6 and address.ipv4_mapped:
+            return f"write the IPv4 address as such: {address.ipv4_mapped}"
+        return None if str(address) == value else f"write the address canonically: {address}"
+    try:
+        read_as = socket.inet_ntoa(socket.inet_aton(value))
+    except OSError:
+        read_as = None
+    if read_as is not None:
+        return f"ssh reads {value!r} as the address {read_as} (octal, hex or a bare number): write {read_as}"
+    if not DNS_NAME.fullmatch(value) or value.rstrip(".").rsplit(".", 1)[-1].isdigit():
+        return "use the node's management IP address (dotted, e.g. 192.168.1.21) or DNS name (letters, digits, '-', '.')"
+    return None
+
+
+def host_key(value: str) -> str:
+    """What a canonical SSH host is compared by: one machine, one key (localhost is 127.0.0.1)."""
+    name = value.lower().rstrip(".")
+    if name == "localhost" or name.endswith(".localhost"):
+        return "127.0.0.1"
+    if name in ("ip6-localhost", "ip6-loopback"):
+        return "::1"
+    return name
 
 
 def private_key(value: str) -> str | None:
@@ -175,7 +221,7 @@ def private_key(value: str) -> str | None:
 
 
 def gpus(value: str) -> str | None:
-    return None if re.match(r"^(|all|[1-9][0-9]?)$", value) else "use \"all\", a GPU count, or \"\" for none"
+    return None if re.fullmatch(r"|all|[1-9][0-9]?", value) else "use \"all\", a GPU count, or \"\" for none"
 
 
 def gid_index(value) -> str | None:
@@ -199,16 +245,23 @@ def rail_address(value: str) -> str | None:
 
 
 def command_or_path(value: str) -> str | None:
-    if COMMAND.match(value):
+    if COMMAND.fullmatch(value):
         return None
     return absolute_path(value) and "use a command name (python3) or an absolute path inside the image (/opt/env/bin/python)"
 
 
+MODEL_SOURCES = ("/home", "/srv", "/data", "/mnt", "/media", "/opt")
+
+
 def model_path(value: str) -> str | None:
+    """A local model source: a directory of weights under a place that holds data, never a
+    system tree (the copy runs as the deploy user, who must be able to read it)."""
     problem = absolute_path(value)
     if problem:
         return problem
-    return "name the weights' own directory, not /" if value == "/" else None
+    if not any(value.startswith(root + "/") for root in MODEL_SOURCES):
+        return f"name the weights' own directory under {', '.join(MODEL_SOURCES)}, readable by the deploy user"
+    return None
 
 
 # Shapes reused across tables.
@@ -219,8 +272,17 @@ def env_table(fix_where: str) -> Key:
                item=Key(str, "write environment values as strings (quote numbers: \"1\")", single_line))
 
 
+def scalar(value) -> str | None:
+    """An option's value vLLM takes on its command line: bounded, finite, one short line."""
+    if isinstance(value, str):
+        return single_line(value) or (None if len(value) <= 256 else "use at most 256 characters")
+    if isinstance(value, float) and not math.isfinite(value):
+        return "use a finite number"
+    return None if isinstance(value, bool) or abs(value) <= 2**31 else "use a number within ±2,147,483,648"
+
+
 SCALAR_TABLE = Key(dict, "write a table", names=Key(str, "use a name", matching(IDENTIFIER, "use lower-case option names (letters, digits, '_')")),
-                   item=Key((str, int, float, bool), "use a string, number or true/false"))
+                   item=Key((str, int, float, bool), "use a string, number or true/false", scalar))
 
 
 def speculative_options(value: dict) -> str | None:
@@ -244,6 +306,7 @@ def generation_config(value: dict) -> str | None:
     return None
 
 
+MAX_SEQS = 1024
 SCHEDULE_EXAMPLE = "e.g. [[1, 1, 7], [2, 4, 3]]: 7 draft tokens for one sequence, 3 for two to four"
 
 
@@ -255,8 +318,8 @@ def schedule_range(value: list) -> str | None:
     if not all(kind_ok(number, int) for number in value):
         return None  # each number names its own mistake
     start, end, k = value
-    if not 1 <= start <= end:
-        return f"start each range at batch size 1 or more and end it at or after its start, {SCHEDULE_EXAMPLE}"
+    if not 1 <= start <= end <= MAX_SEQS:
+        return f"start each range at batch size 1 or more and end it at or after its start, at most {MAX_SEQS}, {SCHEDULE_EXAMPLE}"
     if not 0 <= k <= 16:
         return "draft 0 (no drafting at these batch sizes) to 16 tokens"
     return None
@@ -323,8 +386,8 @@ MODEL = {
     "path": text(model_path),
     "served_name": text(matching(SERVED_NAME, "use letters, digits and '._:/-' (the name clients ask for)"), required=True),
     "tokenizer_mode": text(matching(IDENTIFIER, "use vLLM's tokenizer mode name, e.g. auto or deepseek_v4"), required=True),
-    "tool_call_parser": text(lambda v: None if v == "" or IDENTIFIER.match(v) else "use vLLM's parser name (e.g. deepseek_v4), or \"\" for none"),
-    "reasoning_parser": text(lambda v: None if v == "" or IDENTIFIER.match(v) else "use vLLM's parser name (e.g. deepseek_v4), or \"\" for none"),
+    "tool_call_parser": text(lambda v: None if v == "" or IDENTIFIER.fullmatch(v) else "use vLLM's parser name (e.g. deepseek_v4), or \"\" for none"),
+    "reasoning_parser": text(lambda v: None if v == "" or IDENTIFIER.fullmatch(v) else "use vLLM's parser name (e.g. deepseek_v4), or \"\" for none"),
 }
 
 IMAGE = {
@@ -342,7 +405,7 @@ PROFILE = {
     "image": text(matching(NAME, "name one of the images"), required=True),
     "kv_cache_dtype": text(matching(IDENTIFIER, "use vLLM's KV cache dtype name, e.g. fp8"), required=True),
     "max_model_len": Key(int, "use a whole number", between(256, 16_777_216, "use a window of 256 to 16,777,216 tokens (900000 published)"), required=True),
-    "max_num_seqs": Key(int, "use a whole number", between(1, 1024, "use 1 to 1024 sequences (4 published)"), required=True),
+    "max_num_seqs": Key(int, "use a whole number", between(1, MAX_SEQS, f"use 1 to {MAX_SEQS} sequences (4 published)"), required=True),
     "max_num_batched_tokens": Key(int, "use a whole number", between(16, 1_048_576, "use 16 to 1,048,576 tokens (8192 published)"), required=True),
     "gpu_memory_utilization": Key(float, "use a number", above(0, 1, "use a fraction above 0 and at most 1 (0.80 published)"), required=True),
     "speculative_tokens": Key(int, "use a whole number", between(0, 16, "use 0 (no speculation) to 16 draft tokens (5 or 7 published)"), required=True),
@@ -419,6 +482,9 @@ class Checker:
     def value(self, where: str, value, key: Key) -> bool:
         if not kind_ok(value, key.kind):
             self.error(where, value, key.fix)
+            return False
+        if isinstance(value, (str, list, dict)) and len(value) > (MAX_TEXT if isinstance(value, str) else MAX_ITEMS):
+            self.error(where, value, f"use at most {MAX_TEXT} characters" if isinstance(value, str) else f"use at most {MAX_ITEMS} entries")
             return False
         ok = True
         if key.rule is not None:

@@ -221,7 +221,7 @@ def test_unreadable_site_files_are_refused_plainly(tmp_path):
 def test_what_a_site_may_mean_is_accepted(tmp_path):
     site = load(tmp_path, with_("settings", {
         "model_dir": "/data/models/deepseek", "stack_dir": "/etc/dual-spark-b", "api_host": "192.168.1.5", "api_public": True,
-        "container_env": {"NCCL_DEBUG": "INFO"}, "host_packages": ["g++", "libnuma1"], "hf_token_file": "/home/spark/my token",
+        "container_env": {"NCCL_DEBUG": "INFO"}, "host_packages": ["g++", "libnuma1"], "hf_token_file": "~/tokens/hub-token",
     }, with_("node.0.ssh_host", "spark-a.lan")))
     assert site.settings["model_dir"] == "/data/models/deepseek"
 
@@ -288,3 +288,94 @@ def test_what_only_shows_at_start_or_connection_is_refused_before(tmp_path, docu
     """Mistakes that would otherwise surface only at the first connection or at vLLM's start
     (after the running pair was stopped)."""
     assert f"- {field} = " in refused(tmp_path, document)
+
+
+# The grammar: what a value may be, matched whole and bounded, and hosts in one spelling.
+GRAMMAR_MISTAKES = [
+    (with_("node.0.ssh_host", "127.0.0.021"), "node[0].ssh_host", "127.0.0.17"),
+    (with_("node.0.ssh_host", "192.168.001.021"), "node[0].ssh_host", "192.168.1.17"),
+    (with_("node.0.ssh_host", "2130706453"), "node[0].ssh_host", "127.0.0.21"),
+    (with_("node.0.ssh_host", "0x7f.0.0.1"), "node[0].ssh_host", "127.0.0.1"),
+    (with_("node.0.ssh_host", "::ffff:127.0.0.21"), "node[0].ssh_host", "127.0.0.21"),
+    (with_("node.0.ssh_host", "FE80::1"), "node[0].ssh_host", "fe80::1"),
+    (with_("node.0.ssh_host", "10.0.0.256"), "node[0].ssh_host", "DNS name"),
+    (with_("node.1.ssh_host", "localhost", with_("node.0.ssh_host", "127.0.0.1")), "node[1].ssh_host", "node[0] has it already"),
+    (with_("node.1.hostname", "spark-2\n"), "node[1].hostname", "hostname"),
+    (with_("node.1.rail.0.netdev", "enp1s0f0np0\n"), "node[1].rail[0].netdev", "interface"),
+    (with_("node.1.rail.0.rdma", "..."), "node[1].rail[0].rdma", "RDMA"),
+    (with_("settings.state_dir", "/var/lib/dual-spark\n"), "settings.state_dir", "absolute path"),
+    (with_("settings.profile", "fast\n"), "settings.profile", "profile"),
+    (with_("settings.stack_dir", "/etc/profile.d"), "settings.stack_dir", "/var/lib/dual-spark"),
+    (with_("settings.model_dir", "/root/.ssh"), "settings.model_dir", "/var/lib/dual-spark"),
+    (with_("settings.model_dir", "/var/lib/dpkg"), "settings.model_dir", "/var/lib/dual-spark"),
+    (with_("settings.model_dir", "/var/lock"), "settings.model_dir", "/var/lib/dual-spark"),
+    (with_("settings.model_dir", "/var/lib/dual-spark/" + "m" * 100), "settings.model_dir", "64"),
+    (with_("settings.model_dir", "/var/lib/dual-spark/" + "m/" * 150 + "m"), "settings.model_dir", "255"),
+    (with_("settings.hf_token_file", "/etc/passwd"), "settings.hf_token_file", "~/"),
+    (with_("settings.hf_token_file", "~/../../etc/shadow"), "settings.hf_token_file", "~/"),
+    (with_("model", {"path": "/etc", "served_name": "x", "tokenizer_mode": "auto"}), "model.path", "/srv"),
+    (with_("model", {"path": "/proc/self/root", "served_name": "x", "tokenizer_mode": "auto"}), "model.path", "/srv"),
+    (with_("profile.adaptive.speculative_schedule", [[1, 2**63 - 1, 3]]), "profile.adaptive.speculative_schedule[0]", "1024"),
+    (with_("settings.vllm_extra_args", ["--x=" + "a" * (1 << 20)]), "settings.vllm_extra_args[0]", "4096 characters"),
+    (with_("settings.speculative_options", {"prompt_lookup_max": 2**62}), "settings.speculative_options.prompt_lookup_max", "2,147"),
+    (with_("settings.speculative_options", {"x": float("inf")}), "settings.speculative_options.x", "finite"),
+]
+
+
+@pytest.mark.parametrize("document, field, fix", GRAMMAR_MISTAKES, ids=[m[1] + f"#{i}" for i, m in enumerate(GRAMMAR_MISTAKES)])
+def test_a_value_outside_the_grammar_is_refused_naming_the_field_and_the_fix(tmp_path, document, field, fix):
+    line = next((line for line in refused(tmp_path, document).splitlines() if line.startswith(f"  - {field} = ")), "")
+    assert fix in line and len(line) < 600, line
+
+
+def string_places(value, path: str = ""):
+    """Every string of a document with its with_() path."""
+    if isinstance(value, dict):
+        for key, item in value.items():
+            yield from string_places(item, f"{path}.{key}" if path else key)
+    elif isinstance(value, list):
+        for index, item in enumerate(value):
+            yield from string_places(item, f"{path}.{index}")
+    elif isinstance(value, str):
+        yield path, value
+
+
+NEWLINE_PLACES = sorted(dict(string_places(with_("settings", {k: v for k, v in default_settings().items()
+                                                                  if isinstance(v, str) and v}))).items())
+
+
+@pytest.mark.parametrize("place, value", NEWLINE_PLACES, ids=[p for p, _ in NEWLINE_PLACES])
+def test_a_value_ending_in_a_newline_is_refused_everywhere(tmp_path, place, value):
+    """Every pattern matches the whole value: `$` alone took "spark-2\\n"."""
+    assert refused(tmp_path, with_(place, value + "\n")).count("\n  - ") == 1
+
+
+@pytest.mark.parametrize("overrides, field, fix", [
+    ({"_ignore_errors": True}, "--data _ignore_errors", "_sudo_password"),
+    ({"_continue_on_error": True}, "--data _continue_on_error", "_sudo_password"),
+    ({"_sudo": False}, "--data _sudo", "_sudo_password"),
+    ({"tensor_parallel": 4}, "--data tensor_parallel", "[profile.NAME]"),
+    ({"served_name": "x"}, "--data served_name", "[model]"),
+    ({"profile": "x" * 5000}, "--data profile", "characters)"),
+])
+def test_an_override_outside_the_settings_says_where_it_belongs(tmp_path, overrides, field, fix):
+    line = next((line for line in refused(tmp_path, GOOD, overrides).splitlines() if line.startswith(f"  - {field} = ")), "")
+    assert fix in line and len(line) < 600, line
+
+
+def test_the_sudo_password_may_be_given_for_a_run(tmp_path):
+    assert load(tmp_path, GOOD, {"_sudo_password": "x"}).size == 2
+
+
+def test_a_site_nested_deeper_than_any_key_is_refused_plainly(tmp_path):
+    for depth in (12, 2000):
+        site = tmp_path / f"deep{depth}.toml"
+        site.write_text(GOOD_SITE.format(port=22) + "\n[settings]\nvllm_extra_args = " + "[" * depth + "]" * depth + "\n")
+        with pytest.raises(SiteError, match="nested"):
+            load_site(site)
+
+
+@pytest.mark.parametrize("path", ["/var/lib/dual-spark", "/var/lib/dual-spark-b/model", "/etc/dual-spark", "/opt/dual-spark.v2",
+                                  "/data/models/deepseek", "/mnt/nvme/dual-spark", "/srv/models"])
+def test_the_path_rule_allows_the_deploys_own_places(path):
+    assert schema.owned_directory(path) is None and schema.own_top(path) is not None
