@@ -174,7 +174,7 @@ def compose_stack(settings: dict, env: dict[str, str], stack_hash: str, model_di
         *([f"{settings['api_key_file']}:{inside['api_key']}:ro"] if role == "head" else []),
         *(f"{path}:{path}:ro" for path in settings["mounts"]),
     ]
-    service["environment"] = dict(env)
+    service["environment"] = {name: value.replace("$", "$$") for name, value in env.items()}  # compose reads $ as its own
     service["entrypoint"] = [inside["launch"]]
     service["healthcheck"] = {
         "test": ["CMD", settings["python"], inside["watchdog"], "check", "--ip", settings["rails"][0]["address"],

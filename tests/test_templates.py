@@ -105,3 +105,15 @@ def test_compose_is_serialised_so_no_value_becomes_yaml():
     assert service["environment"]["X"] == hostile
     assert service["volumes"][-1] == "/opt/a b\n      - /:/host:/opt/a b\n      - /:/host:ro"
     assert len(service["volumes"]) == 7
+
+
+def test_a_dollar_in_an_environment_value_reaches_the_container_as_written():
+    """compose interpolates $NAME and ${NAME} in its file: each $ is written $$ (compose's escape),
+    so the container sees the value the site gave."""
+    from operations.serving import compose_file, environment
+
+    case = json.loads((Path(__file__).parent / "operations/serving.stack_up/head_in_place.json").read_text())
+    settings = {**case["args"]["stacks"][0], "container_env": {"X": "a$HOME${PATH}$$"}}
+    service = yaml.safe_load(compose_file(settings, environment(settings, 3), "abc", "def"))["services"]["vllm"]
+    assert service["environment"]["X"] == "a$$HOME$${PATH}$$$$"
+    assert all("$" not in value for name, value in service["environment"].items() if name != "X")
