@@ -21,6 +21,7 @@ REPO = Path(__file__).resolve().parent
 SITE_ENV = "DUAL_SPARK_SITE"
 PLACEHOLDER = "CHANGE_ME"
 MAX_NODES = 64
+MAX_RAILS = 4
 # The keys each table of the site file may hold, for the nearest-key suggestion of a typo.
 SCHEMA = {
     "": {"ssh", "node", "settings", "model", "image", "profile"},
@@ -255,8 +256,10 @@ class _Validator:
                 continue
             node = self.check.table(where, entry, schema.NODE, "[[node]]")
             rails = node.get("rail", [])
-            if "rail" in node and not rails:
-                self.error(f"{where}.rail", rails, "declare at least one [[node.rail]] (netdev, rdma, address)")
+            if "rail" in node and not 1 <= len(rails) <= MAX_RAILS:
+                self.error(f"{where}.rail", f"{len(rails)} rail(s)",
+                           f"declare 1 to {MAX_RAILS} [[node.rail]] (netdev, rdma, address): a Spark's two CX-7 ports have four netdevs")
+                rails = []
             checked = []
             for rail_index, rail in enumerate(rails):
                 rail_where = f"{where}.rail[{rail_index}]"

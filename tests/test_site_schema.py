@@ -319,6 +319,7 @@ GRAMMAR_MISTAKES = [
     (with_("settings.vllm_extra_args", ["--x=" + "a" * (1 << 20)]), "settings.vllm_extra_args[0]", "4096 characters"),
     (with_("settings.speculative_options", {"prompt_lookup_max": 2**62}), "settings.speculative_options.prompt_lookup_max", "2,147"),
     (with_("settings.speculative_options", {"x": float("inf")}), "settings.speculative_options.x", "finite"),
+    (with_("node.0.rail", [{**GOOD["node"][0]["rail"][0], "netdev": f"n{i}", "rdma": f"r{i}"} for i in range(5)]), "node[0].rail", "1 to 4"),
 ]
 
 
