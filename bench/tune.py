@@ -29,11 +29,11 @@ from pathlib import Path
 
 import click
 
-from bench import speculation
+from bench import cli, speculation
 from bench.prompts import PUBLISHED_SIZES
 from bench.serving import REPO, Endpoint, fit_prompts, git_revision, run_benchmark, served_model, through_site, warm_up
 from cluster import Cluster
-from site_config import SITE_ENV, SiteError, load_site, site_path
+from site_config import SITE_ENV, SiteError, load_site
 
 SCHEMA_VERSION = 1
 
@@ -57,15 +57,26 @@ def tunable(cluster: Cluster, name: str) -> dict:
 
 
 def parse_schedule(text: str | None) -> list[list[int]] | None:
-    if text is None:
-        return None
-    try:
-        value = json.loads(text)
-    except json.JSONDecodeError:
-        value = None
-    if not (isinstance(value, list) and value and all(isinstance(r, list) and len(r) == 3 and all(type(n) is int for n in r) for r in value)):
-        raise click.BadParameter("write it as a JSON list of [batch_start, batch_end, k], e.g. '[[1, 1, 7], [2, 4, 3]]'")
-    return value
+    """--schedule's text as a schedule, refused (click.BadParameter) as bench.cli.Schedule refuses it."""
+    return None if text is None else cli.Schedule().convert(text, None, None)
+
+
+def fitting(cluster: Cluster | None, schedule: list[list[int]] | None) -> list[list[int]] | None:
+    """A --schedule some profile of the site the tuner can measure would take (k at most its
+    speculative_tokens, the last range covering its max_num_seqs), refused before any contact;
+    the running profile's own fit is checked once the head says which it is."""
+    if schedule is None or cluster is None:
+        return schedule
+    profiles = {name: profile for name, profile in cluster.serving["profiles"].items()
+                if profile["speculative_tokens"] and "speculative_schedule" not in profile and profile["max_num_seqs"] >= 2}
+    (start, end, _), most = schedule[-1], max(k for _, _, k in schedule)
+    if not any(most <= profile["speculative_tokens"] and start <= profile["max_num_seqs"] <= end for profile in profiles.values()):
+        raise click.BadParameter(
+            f"{json.dumps(schedule)} fits no profile of {cluster.path} the tuner can measure ("
+            + (", ".join(f"{name}: k at most {profile['speculative_tokens']}, last range covering {profile['max_num_seqs']}"
+                         for name, profile in profiles.items()) or "none speculates with a fixed draft length and batches")
+            + "). Fix: draft at most the profile's speculative_tokens and end the last range at its max_num_seqs")
+    return schedule
 
 
 def snippet(name: str, running: str, schedule: list[list[int]], why: str) -> str:
@@ -167,27 +178,21 @@ def print_ab(rows: list[dict], fixed_k: int, schedule: list[list[int]]) -> list[
 
 
 @click.command()
-@click.option("--site", "site_file", type=click.Path(dir_okay=False, path_type=Path),
-              help=f"The site file the nodes were deployed from (default: ${SITE_ENV}, else site.toml).")
+@cli.site_option(help=f"The site file the nodes were deployed from (default: ${SITE_ENV}, else site.toml).")
 @click.option("--accept-new-host-key", is_flag=True, help="Record the head's SSH host key seen for the first time (else an error).")
-@click.option("--prompt-tokens", default=",".join(map(str, PUBLISHED_SIZES)), show_default=True,
-              help="Prompt sizes in the server's tokens, comma-separated.")
-@click.option("--requests", "groups", default=3, show_default=True, help="Requests (C1) or groups (C>1) per cell.")
-@click.option("--max-tokens", default=256, show_default=True, help="Output length of every request.")
-@click.option("--schedule", "given", callback=lambda _, __, value: parse_schedule(value), help="A/B this schedule (JSON, e.g. '[[1, 1, 7], [2, 4, 3]]') instead of the derived one.")
+@click.option("--prompt-tokens", "sizes", type=cli.PositiveIntList(max=cli.MAX_TOKENS, example="9028"),
+              default=",".join(map(str, PUBLISHED_SIZES)), show_default=True, help="Prompt sizes in the server's tokens, comma-separated.")
+@click.option("--requests", "groups", type=cli.count(1000), default=3, show_default=True, help="Requests (C1) or groups (C>1) per cell.")
+@click.option("--max-tokens", type=cli.count(cli.MAX_TOKENS), default=256, show_default=True, help="Output length of every request.")
+@click.option("--schedule", "given", type=cli.Schedule(), callback=lambda ctx, _, value: fitting(ctx.params.get("cluster"), value),
+              help="A/B this schedule (JSON, e.g. '[[1, 1, 7], [2, 4, 3]]') instead of the derived one.")
 @click.option("--ab/--no-ab", default=True, show_default=True, help="Serve the schedule and measure it against the fixed k (two switches of every node).")
-@click.option("--out", "out_dir", default="bench/results", show_default=True, type=click.Path(file_okay=False, path_type=Path))
-def main(site_file, accept_new_host_key, prompt_tokens, groups, max_tokens, given, ab, out_dir):
+@click.option("--out", "out_dir", default="bench/results", show_default=True, type=cli.OutputDir())
+def main(cluster, accept_new_host_key, sizes, groups, max_tokens, given, ab, out_dir):
     """Measure speculation at every concurrency, derive a per-batch-size schedule, A/B it."""
-    site_file = site_file or site_path()
-    try:
-        cluster = load_site(site_file)
-    except SiteError as error:
-        raise click.ClickException(str(error)) from None
-    sizes = [int(size) for size in prompt_tokens.split(",")]
+    site_file, prompt_tokens = cluster.path, ",".join(map(str, sizes))
     started = datetime.now(UTC)
     stamp = started.strftime("%Y%m%dT%H%M%SZ")
-    out_dir.mkdir(parents=True, exist_ok=True)
     with ExitStack() as stack:
         url, key, identity = through_site(stack, cluster, accept_new_host_key)
         running = identity["profile"]

@@ -91,4 +91,4 @@ def test_bad_arguments_are_refused_naming_the_option_before_any_contact(tmp_path
     result = CliRunner().invoke(tune.main, ["--site", str(SITE), "--schedule", "[[1, 4]]"])
     assert result.exit_code == 2 and "Invalid value for '--schedule'" in result.output
     result = CliRunner().invoke(tune.main, ["--site", str(tmp_path / "none.toml")])
-    assert result.exit_code == 1 and "no site file" in result.output
+    assert result.exit_code == 2 and "Invalid value for '--site'" in result.output and "no site file" in result.output
