@@ -8,24 +8,24 @@ from __future__ import annotations
 
 import time
 from contextlib import ExitStack
-from pathlib import Path
 
 import click
 import requests
 
+from bench import cli
 from bench.serving import through_site
-from site_config import load_site, site_path
+from cluster import Cluster
 
 
 @click.command()
 @click.argument("question")
-@click.option("--site", "site_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Site file (default: as inventory.py).")
-@click.option("--max-tokens", default=64, show_default=True)
+@cli.site_option()
+@click.option("--max-tokens", type=cli.count(cli.MAX_TOKENS), default=64, show_default=True)
 @click.option("--accept-new-host-key", is_flag=True, help="Record the head's SSH host key if seen for the first time.")
-def main(question: str, site_file: Path | None, max_tokens: int, accept_new_host_key: bool) -> None:
+def main(question: str, cluster: Cluster, max_tokens: int, accept_new_host_key: bool) -> None:
     """Ask the served model one question; print its answer."""
     with ExitStack() as stack:
-        url, key, identity = through_site(stack, load_site(site_file or site_path()), accept_new_host_key)
+        url, key, identity = through_site(stack, cluster, accept_new_host_key)
         headers = {"Authorization": f"Bearer {key}"}
         model = requests.get(f"{url}/v1/models", headers=headers, timeout=30).json()["data"][0]["id"]
         started = time.monotonic()

@@ -14,6 +14,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import click
 
+from bench import cli
 from bench.prompts import rough_prompt
 from bench.serving import Endpoint, run_groups
 
@@ -52,9 +53,9 @@ class Server(ThreadingHTTPServer):
 
 
 @click.command()
-@click.option("--streams", default=32, show_default=True, help="Concurrent requests per group.")
-@click.option("--groups", default=5, show_default=True)
-@click.option("--tokens", default=256, show_default=True, help="Streamed tokens per request.")
+@click.option("--streams", type=cli.count(cli.MAX_CONCURRENCY), default=32, show_default=True, help="Concurrent requests per group.")
+@click.option("--groups", type=cli.count(1000), default=5, show_default=True)
+@click.option("--tokens", type=cli.count(65536), default=256, show_default=True, help="Streamed tokens per request.")
 def main(streams: int, groups: int, tokens: int) -> None:
     """Measure what the client itself costs at STREAMS concurrent streams."""
     server = Server(("127.0.0.1", 0), InstantStream)

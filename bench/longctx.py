@@ -14,11 +14,11 @@ import re
 import string
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from pathlib import Path
 
 import click
 import requests
 
+from bench import cli
 from bench.prompts import CHARS_PER_TOKEN, Log, PromptError, fit, label, log_text
 from bench.serving import Endpoint, git_revision, read_api_key, room_for
 
@@ -125,21 +125,22 @@ def table(rows: list[dict]) -> list[dict]:
 
 
 @click.command()
-@click.option("--url", default="http://127.0.0.1:8888", show_default=True)
+@click.option("--url", type=cli.Url(), default="http://127.0.0.1:8888", show_default=True)
 @click.option("--model", required=True)
 @click.option("--api-key-env", default="VLLM_API_KEY", show_default=True)
-@click.option("--api-key-file", type=click.Path(exists=True, dir_okay=False))
-@click.option("--sizes", default="74000,110000,148000,184000", show_default=True, help="Context sizes in tokens.")
-@click.option("--trials", default=5, show_default=True)
+@click.option("--api-key-file", type=cli.TextFile())
+@click.option("--sizes", type=cli.PositiveIntList(max=cli.MAX_TOKENS, example="74000,110000"), default="74000,110000,148000,184000",
+              show_default=True, help="Context sizes in tokens.")
+@click.option("--trials", type=cli.count(1000), default=5, show_default=True)
 @click.option("--needles", default=3, show_default=True, type=click.IntRange(1, len(STATIONS)))
-@click.option("--max-tokens", default=64, show_default=True)
-@click.option("--profile", default="unknown", show_default=True)
-@click.option("--out", "out_dir", default="bench/results", show_default=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--max-tokens", type=cli.count(cli.MAX_TOKENS), default=64, show_default=True)
+@click.option("--profile", type=cli.Name(), default="unknown", show_default=True)
+@click.option("--out", "out_dir", default="bench/results", show_default=True, type=cli.OutputDir())
 def main(url, model, api_key_env, api_key_file, sizes, trials, needles, max_tokens, profile, out_dir):
     """Probe needle retrieval at growing context sizes."""
     endpoint = Endpoint(url.rstrip("/"), model, read_api_key(api_key_env, api_key_file))
     started = datetime.now(UTC)
-    rows = probe(endpoint, [int(size) for size in sizes.split(",")], trials, needles, max_tokens)
+    rows = probe(endpoint, sizes, trials, needles, max_tokens)
     summary = table(rows)
     record = {"schema_version": SCHEMA_VERSION, "started": started.isoformat(), "profile": profile, "model": model,
               "git_revision": git_revision(), "settings": {"trials": trials, "needles": needles, "max_tokens": max_tokens,

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import click
 
-from bench import speculation
+from bench import cli, speculation
 from bench.prompts import TOLERANCE
 from bench.reference import (
     COUNT,
@@ -338,10 +338,16 @@ def caption(value: float, against: float, crowded: bool) -> str:
     return ratio(against) if crowded else f"{number(value)} ({ratio(against)})"
 
 
+def default_out(folder: Path | None) -> Path | None:
+    """FOLDER/report, proved writable as an --out given is (bench.cli)."""
+    return cli.writable_directory(folder / "report") if folder else None
+
+
 @click.command()
-@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), help="Where to write report.md and the charts (default FOLDER/report).")
-@click.option("--reference", type=click.Path(exists=True, file_okay=False, path_type=Path),
+@click.argument("folder", type=cli.InputDir())
+@click.option("--out", type=cli.OutputDir(), callback=lambda ctx, _, out: out or default_out(ctx.params.get("folder")),
+              help="Where to write report.md and the charts (default FOLDER/report).")
+@click.option("--reference", type=cli.InputDir(),
               help="A results directory in the format of the published dual-spark-optimizations runs, to compare against.")
 def main(folder: Path, out: Path | None, reference: Path | None) -> None:
     """Write report.md, report.json and SVG charts comparing the profiles in FOLDER (and the published runs)."""
@@ -355,7 +361,6 @@ def main(folder: Path, out: Path | None, reference: Path | None) -> None:
     rows = matches(ours, published_cells) if reference else []
     text = markdown(runs) + "\n".join((reference_markdown(published, rows, reference) if reference else [])
                                        + speculation_markdown(ours + published_cells)) + "\n"
-    out = out or folder / "report"
     drawn = {**charts(runs), **charts_against(rows)}
     try:
         out.mkdir(parents=True, exist_ok=True)

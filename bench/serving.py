@@ -30,14 +30,13 @@ from urllib.parse import urlparse
 import click
 import requests
 
-from bench import speculation
+from bench import cli, speculation
 from bench.parsers import Metrics, parse_nvidia_smi_csv, parse_prometheus
 from bench.prompts import PUBLISHED_SIZES, Prompt, PromptError, fit_prompt
 from bench.reference import ReferenceError, read_text
 from bench.remote import LineStream, Target, connect, forward, head_of, read_secret, serving_identity
 from cluster import Cluster
 from layout import paths
-from site_config import load_site
 
 SCHEMA_VERSION = 1
 REPO = Path(__file__).resolve().parents[1]
@@ -277,35 +276,35 @@ def through_site(stack: ExitStack, cluster: Cluster, accept_new: bool) -> tuple[
 
 
 @click.command()
-@click.option("--url", default="http://127.0.0.1:8888", show_default=True, help="The API base URL (as seen from the head with --via-ssh).")
+@click.option("--url", type=cli.Url(), default="http://127.0.0.1:8888", show_default=True, help="The API base URL (as seen from the head with --via-ssh).")
 @click.option("--model", help="The served model name (default: what /v1/models names).")
 @click.option("--api-key-env", default="VLLM_API_KEY", show_default=True, help="Environment variable holding the API key.")
-@click.option("--api-key-file", type=click.Path(exists=True, dir_okay=False), help="File holding the API key.")
-@click.option("--site", "site_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="Reach the head of this site file through an SSH tunnel; read the key, profile, image and model revision there.")
+@click.option("--api-key-file", type=cli.TextFile(), help="File holding the API key.")
+@cli.site_option(default=False, help="Reach the head of this site file through an SSH tunnel; read the key, profile, image and model revision there.")
 @click.option("--accept-new-host-key", is_flag=True, help="Record a node's SSH host key seen for the first time (else an error).")
-@click.option("--prompt-tokens", default=",".join(map(str, PUBLISHED_SIZES)), show_default=True,
+@click.option("--prompt-tokens", "sizes", type=cli.PositiveIntList(max=cli.MAX_TOKENS, example="9028"),
+              default=",".join(map(str, PUBLISHED_SIZES)), show_default=True,
               help="Prompt sizes in the server's tokens, comma-separated (default: the published runs' 10K/200K/300K).")
-@click.option("--concurrency", default="1,4", show_default=True, help="Concurrencies, comma-separated (1 = sequential).")
-@click.option("--requests", "groups", default=3, show_default=True, help="Requests (C1) or groups (C>1) per cell.")
-@click.option("--max-tokens", default=256, show_default=True, help="Output length of every request.")
+@click.option("--concurrency", "concurrencies", type=cli.PositiveIntList(max=cli.MAX_CONCURRENCY), default="1,4", show_default=True,
+              help="Concurrencies, comma-separated (1 = sequential).")
+@click.option("--requests", "groups", type=cli.count(1000), default=3, show_default=True, help="Requests (C1) or groups (C>1) per cell.")
+@click.option("--max-tokens", type=cli.count(cli.MAX_TOKENS), default=256, show_default=True, help="Output length of every request.")
 @click.option("--ignore-eos/--stop-at-eos", default=True, show_default=True, help="Always generate --max-tokens.")
-@click.option("--profile", help="Serving profile being measured (with --site: read on the head).")
+@click.option("--profile", type=cli.Name(), help="Serving profile being measured (with --site: read on the head).")
 @click.option("--model-revision", help="The weights' revision (with --site: read on the head).")
 @click.option("--image-id", help="Runtime image id on the nodes (with --site: read on the head).")
-@click.option("--via-ssh", help="user@head: reach the API through an SSH tunnel to the head.")
-@click.option("--ssh-key", type=click.Path(dir_okay=False), help="Private key for --via-ssh and --telemetry.")
-@click.option("--telemetry", multiple=True, help="user@node to sample nvidia-smi on during the run (repeatable).")
-@click.option("--out", "out_dir", default="bench/results", show_default=True, type=click.Path(file_okay=False))
-def main(url, model, api_key_env, api_key_file, site_file, accept_new_host_key, prompt_tokens, concurrency, groups, max_tokens,
+@click.option("--via-ssh", type=cli.SshTarget(), help="user@head: reach the API through an SSH tunnel to the head.")
+@click.option("--ssh-key", type=cli.TextFile(), help="Private key for --via-ssh and --telemetry.")
+@click.option("--telemetry", type=cli.SshTarget(), multiple=True, help="user@node to sample nvidia-smi on during the run (repeatable).")
+@click.option("--out", "out_dir", default="bench/results", show_default=True, type=cli.OutputDir())
+def main(url, model, api_key_env, api_key_file, cluster, accept_new_host_key, sizes, concurrencies, groups, max_tokens,
          ignore_eos, profile, model_revision, image_id, via_ssh, ssh_key, telemetry, out_dir):
     """Measure decode tok/s, TTFT and aggregate throughput; write raw JSON."""
-    concurrencies = [int(c) for c in concurrency.split(",")]
     endpoint = Endpoint(url.rstrip("/"), model, read_api_key(api_key_env, api_key_file))
     identity = {}
     with ExitStack() as stack:
-        if site_file:
-            endpoint.url, endpoint.api_key, identity = through_site(stack, load_site(site_file), accept_new_host_key)
+        if cluster:
+            endpoint.url, endpoint.api_key, identity = through_site(stack, cluster, accept_new_host_key)
         elif via_ssh:
             parsed = urlparse(endpoint.url)
             client = stack.enter_context(connect(Target.parse(via_ssh, ssh_key), accept_new=accept_new_host_key))
@@ -313,8 +312,8 @@ def main(url, model, api_key_env, api_key_file, site_file, accept_new_host_key, 
             endpoint.url = f"http://127.0.0.1:{port}"
             click.echo(f"--> API at {url} on {via_ssh}, tunnelled to 127.0.0.1:{port}")
         endpoint.model = endpoint.model or served_model(endpoint)
-        click.echo(f"--> sizing prompts of {prompt_tokens} tokens with the server's /tokenize")
-        prompts = fit_prompts(endpoint, [int(size) for size in prompt_tokens.split(",")], max_tokens)
+        click.echo(f"--> sizing prompts of {','.join(map(str, sizes))} tokens with the server's /tokenize")
+        prompts = fit_prompts(endpoint, sizes, max_tokens)
         streams = {}
         for spec in telemetry:
             client = stack.enter_context(connect(Target.parse(spec, ssh_key), accept_new=accept_new_host_key))
@@ -330,16 +329,15 @@ def main(url, model, api_key_env, api_key_file, site_file, accept_new_host_key, 
         "profile": profile, "model": endpoint.model,
         "model_revision": model_revision or identity.get("model_revision", "unknown"),
         "runtime_image_id": image_id or identity.get("image_id", "unknown"), "git_revision": git_revision(),
-        "settings": {"url": url, "via_ssh": via_ssh, "site": str(site_file) if site_file else None,
+        "settings": {"url": url, "via_ssh": via_ssh, "site": str(cluster.path) if cluster else None,
                      "prompt_tokens": [p.requested_tokens for p in prompts],
                      "concurrency": concurrencies, "requests_per_cell": groups, "max_tokens": max_tokens,
                      "temperature": 0.0, "ignore_eos": ignore_eos, "warmup_requests": 1},
         **measured,
         "telemetry": samples,
     }
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    path = out / f"serving-{profile}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
+    out_dir.mkdir(parents=True, exist_ok=True)
+    path = out_dir / f"serving-{profile}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(record, indent=2))
     print_summary(record)
     click.echo(f"--> raw results: {path}")

@@ -30,9 +30,9 @@ def run_report(ours: Path, reference: Path | None, out: Path):
     return CliRunner().invoke(report.main, arguments)
 
 
-def refused(result) -> str:
-    """The error of a run that stopped with a message (click's exit), not an exception."""
-    assert result.exit_code == 1 and isinstance(result.exception, SystemExit), result.exc_info
+def refused(result, usage: bool = False) -> str:
+    """The error of a run that stopped with a message (click's exit; 2 for a bad argument), not an exception."""
+    assert result.exit_code == (2 if usage else 1) and isinstance(result.exception, SystemExit), result.exc_info
     assert "Traceback" not in result.output
     return " ".join(result.output.split())
 
@@ -137,14 +137,14 @@ def test_the_command_line_says_it_without_a_traceback(tmp_path):
 def test_a_default_out_folder_that_is_a_file_is_refused(tmp_path):
     shutil.copytree(OURS, tmp_path / "raw")
     (tmp_path / "raw" / "report").write_text("not a folder")
-    error = refused(CliRunner().invoke(report.main, [str(tmp_path / "raw")]))
-    assert f"--out {tmp_path / 'raw' / 'report'}: cannot write" in error
+    error = refused(CliRunner().invoke(report.main, [str(tmp_path / "raw")]), usage=True)
+    assert f"Invalid value for '--out': {tmp_path / 'raw' / 'report'} exists and is not a directory" in error
 
 
 def test_an_api_key_file_that_is_not_text_is_refused_without_showing_it(tmp_path):
     (tmp_path / "key").write_bytes(b"sk-\xff\xfe-secret")
-    error = refused(CliRunner().invoke(serving.main, ["--api-key-file", str(tmp_path / "key"), "--url", "http://127.0.0.1:9"]))
-    assert f"--api-key-file {tmp_path / 'key'}: not UTF-8 text (byte 0xff at offset 3)" in error and "secret" not in error
+    error = refused(CliRunner().invoke(serving.main, ["--api-key-file", str(tmp_path / "key"), "--url", "http://127.0.0.1:9"]), usage=True)
+    assert f"Invalid value for '--api-key-file': {tmp_path / 'key'}: not UTF-8 text (byte 0xff at offset 3)" in error and "secret" not in error
 
 
 # Property tests: any file of either tree, spoiled at random, is read or refused naming that file.
