@@ -23,6 +23,7 @@ from pathlib import Path
 
 import click
 
+from bench import cli
 from lab.config import LAB_DIR
 from lab.core import Lab
 from lab.lock import LabBusy, LabLock
@@ -51,9 +52,9 @@ def remote_commands(verbose_output: str) -> collections.Counter:
 
 
 @click.command()
-@click.option("--runs", default=5, show_default=True, help="Floor and no-op runs, each, to take the medians of.")
+@click.option("--runs", type=cli.count(100), default=5, show_default=True, help="Floor and no-op runs, each, to take the medians of.")
 @click.option("--keep-lab", is_flag=True, help="Leave the lab up afterwards.")
-@click.option("--out", "out_dir", default="bench/results", show_default=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--out", "out_dir", default="bench/results", show_default=True, type=cli.OutputDir())
 def main(runs: int, keep_lab: bool, out_dir: Path) -> None:
     """Measure the deploy's fresh and no-op converge against the connect-and-one-fact floor."""
     try:

@@ -19,11 +19,11 @@ from pathlib import Path
 
 import click
 
+from bench import cli
 from bench.parsers import parse_all_reduce_perf, parse_ib_write_bw, parse_iperf3, parse_ping
 from bench.remote import Target, connect, run
 from cluster import Cluster, Node
 from facts.fabric import RdmaDevices, roce_v2_gid_index
-from site_config import load_site, site_path
 
 SCHEMA_VERSION = 2  # 2: the pair measured is named, each rail holds both nodes' netdevs
 IPERF_PORT, IB_PORT = 5201, 18515
@@ -31,6 +31,7 @@ NCCL_COMMAND = (
     "mpirun -np 2 -H {first},{second} --bind-to none -x NCCL_IB_HCA={hcas} -x NCCL_IB_GID_INDEX={gid} "
     "-x NCCL_SOCKET_IFNAME={ifname} -x NCCL_NET=IB all_reduce_perf -b 8 -e 1G -f 2 -g 1"
 )
+NCCL_PLACEHOLDERS = ("first", "second", "hcas", "gid", "ifname")  # what Fabric.nccl fills in
 
 
 class Fabric:
@@ -124,21 +125,22 @@ def pair_of(cluster: Cluster, names: str | None) -> tuple[Node, Node]:
     known = {node.hostname: node for node in cluster.nodes}
     if len(wanted) != 2 or wanted[0] == wanted[1] or not set(wanted) <= set(known):
         raise click.BadParameter(f"{names!r}: name two different nodes of the site, first,second (of {', '.join(known)})",
-                                 param_hint="--pair")
+                                 param_hint="'--pair'")
     return known[wanted[0]], known[wanted[1]]
 
 
 @click.command()
-@click.option("--site", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Site file (default: as inventory.py).")
-@click.option("--pair", help="The two nodes to measure between, first,second (default: the head and rank 1).")
-@click.option("--seconds", default=10, show_default=True, help="Duration of each iperf3 and ib_write_bw run.")
-@click.option("--mtu", type=int, help="MTU to ping at (default: the site's fabric_mtu).")
-@click.option("--nccl-command", default=NCCL_COMMAND, show_default=True, help="How to run all_reduce_perf across the pair ({first}, {second}: their rail 0 addresses).")
-@click.option("--out", "out_dir", default="bench/results", show_default=True, type=click.Path(file_okay=False, path_type=Path))
-def main(site: Path | None, pair: str | None, seconds: int, mtu: int | None, nccl_command: str, out_dir: Path) -> None:
+@cli.site_option()
+@click.option("--pair", "nodes", callback=lambda ctx, _, names: pair_of(ctx.params["cluster"], names),
+              help="The two nodes to measure between, first,second (default: the head and rank 1).")
+@click.option("--seconds", type=cli.count(3600), default=10, show_default=True, help="Duration of each iperf3 and ib_write_bw run.")
+@click.option("--mtu", type=cli.count(9216, min=1280), help="MTU to ping at (default: the site's fabric_mtu).")
+@click.option("--nccl-command", type=cli.Placeholders(*NCCL_PLACEHOLDERS), default=NCCL_COMMAND, show_default=True,
+              help="How to run all_reduce_perf across the pair ({first}, {second}: their rail 0 addresses; {hcas}: the first's "
+                   "RDMA devices; {gid}: its RoCE v2 GID index; {ifname}: its rail 0 netdev).")
+@click.option("--out", "out_dir", default="bench/results", show_default=True, type=cli.OutputDir())
+def main(cluster: Cluster, nodes: tuple[Node, Node], seconds: int, mtu: int | None, nccl_command: str, out_dir: Path) -> None:
     """Measure the QSFP fabric between two nodes, the head and rank 1 by default."""
-    cluster = load_site(site or site_path())
-    nodes = pair_of(cluster, pair)
     mtu = mtu or cluster.settings["fabric_mtu"]
     started = datetime.now(UTC)
     out = out_dir / f"fabric-{started.strftime('%Y%m%dT%H%M%SZ')}"

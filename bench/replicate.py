@@ -25,10 +25,10 @@ from pathlib import Path
 
 import click
 
+from bench import cli
 from bench.remote import head_of, run
 from cluster import Cluster, Node
 from layout import paths
-from site_config import load_site, site_path
 
 SCHEMA_VERSION = 2  # 2: "chain" with three nodes or more
 SCRATCH = "/var/tmp/dual-spark-replicate"
@@ -96,16 +96,15 @@ def send(script: str, user: str, sender: Node, receiver: Node, src: str, manifes
 
 
 @click.command()
-@click.option("--site", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Site file (default: as inventory.py).")
-@click.option("--gib", default=2.0, show_default=True, help="How much to replicate.")
-@click.option("--shard-mib", default=256, show_default=True, help="Shard size (real DeepSeek V4 Flash shards: ~3.5 GiB).")
-@click.option("--streams", type=int, help="Parallel streams per rail (default: the site's replication_streams).")
+@cli.site_option()
+@click.option("--gib", type=cli.Bounded(0, 1024, min_open=True), default=2.0, show_default=True, help="How much to replicate.")
+@click.option("--shard-mib", type=cli.count(16384), default=256, show_default=True, help="Shard size (real DeepSeek V4 Flash shards: ~3.5 GiB).")
+@click.option("--streams", type=cli.count(32), help="Parallel streams per rail (default: the site's replication_streams).")
 @click.option("--accept-new-host-key", is_flag=True, help="Record the head's SSH host key if seen for the first time.")
-@click.option("--out", "out_dir", default="bench/results", show_default=True, type=click.Path(file_okay=False, path_type=Path))
-def main(site: Path | None, gib: float, shard_mib: int, streams: int | None, accept_new_host_key: bool, out_dir: Path) -> None:
+@click.option("--out", "out_dir", default="bench/results", show_default=True, type=cli.OutputDir())
+def main(cluster: Cluster, gib: float, shard_mib: int, streams: int | None, accept_new_host_key: bool, out_dir: Path) -> None:
     """Measure rsync over SSH against this project's replication, on the same bytes; with three
     nodes or more, the chain through every worker too."""
-    cluster = load_site(site or site_path())
     settings = cluster.settings
     streams = streams or settings["replication_streams"]
     user, head, worker = cluster.deploy_user, cluster.head, cluster.workers[0]
