@@ -19,9 +19,10 @@ from pathlib import Path
 import click
 import requests
 
+from bench import cli
 from bench.serving import through_site
 from clients import KEY_ENV, Served, claude_settings, codex_catalog, codex_config, compact_limit, tunnel_command
-from site_config import load_site, site_path
+from cluster import Cluster
 
 CLAUDE_CODE_MAX_TOKENS = 32000  # what Claude Code 2.1 asks for on every turn
 SAY_OK = [{"role": "user", "content": "Say OK."}]
@@ -79,17 +80,15 @@ def write(path: Path, text: str, mode: int = 0o644) -> None:
 
 
 @click.command()
-@click.option("--site", "site_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), help="Site file (default: as inventory.py).")
-@click.option("--out", "out_dir", default="~/.dual-spark/clients", show_default=True, help="Where the files go.")
-@click.option("--port", "local_port", type=int, help="Local end of the tunnel (default: the API's port on the head).")
+@cli.site_option()
+@click.option("--out", "out_dir", type=cli.OutputDir(mode=0o700), default="~/.dual-spark/clients", show_default=True, help="Where the files go.")
+@click.option("--port", "local_port", type=cli.Port(), help="Local end of the tunnel (default: the API's port on the head).")
 @click.option("--accept-new-host-key", is_flag=True, help="Record the head's SSH host key if seen for the first time.")
-def main(site_file: Path | None, out_dir: str, local_port: int | None, accept_new_host_key: bool) -> None:
+def main(cluster: Cluster, out_dir: Path, local_port: int | None, accept_new_host_key: bool) -> None:
     """Write client configurations for the Sparks' API."""
-    site_file = site_file or site_path()
-    cluster = load_site(site_file)
     settings = cluster.settings
     local_port = local_port or settings["api_port"]
-    out = Path(out_dir).expanduser().resolve()
+    out = out_dir.resolve()
     with ExitStack() as stack:
         url, key, identity = through_site(stack, cluster, accept_new_host_key)
         models = requests.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)
