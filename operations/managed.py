@@ -1,6 +1,7 @@
 """Files and directories this project manages on the nodes: every path read in one round trip,
 only what differs uploaded or changed. A configuration file shows its full diff; a program the
-project ships shows one line (its full diff on request)."""
+project ships shows one line (its full diff on request). The directories the site names are
+claimed first (operations/own.py): nothing is written in one that is not the deploy's."""
 
 from __future__ import annotations
 
@@ -13,7 +14,8 @@ from pyinfra.api.util import get_file_sha256
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
-from facts.host_prep import FileDigests, FileInfo
+from facts.host_prep import FileInfo, ManagedPaths
+from operations.own import NAMES, Claim, claim_command, plan, reading_paths
 from operations.render import show_diff, show_line
 
 
@@ -59,14 +61,16 @@ def put_programs(programs: list[tuple[str, str, str]], current: dict[str, FileIn
 
 
 @operation()
-def managed_files(programs: list[tuple[str, str, str]], directories: list[tuple[str, str, str]] | None = None,
+def managed_files(programs: list[tuple[str, str, str]], directories: list[tuple[str, str, str, str]] | None = None,
                   show_program_diffs: bool = False):
     """
-    Put the project's programs on the node (root-owned) and make directories with an owner and mode.
-    The diff shows one line per program that changes, unless ``show_program_diffs``.
+    Claim the directories the site names (operations/own.py: made and marked, or found marked,
+    then given an owner and mode; anything else refused, before any other change), then put the
+    project's programs on the node (root-owned). The diff shows one line per directory made,
+    adopted or changed, and per program that changes (its full diff with ``show_program_diffs``).
 
     + programs: (local source, remote destination, mode) of each program
-    + directories: (path, owner user, mode) of each directory
+    + directories: (site field, path, owner user, mode) of each directory the deploy owns
     + show_program_diffs: show each changed program's full diff instead of its one line
 
     **Example:**
@@ -74,17 +78,19 @@ def managed_files(programs: list[tuple[str, str, str]], directories: list[tuple[
     .. code:: python
 
         managed_files(programs=[("files/runtime/model_sync.py", "/var/lib/dual-spark/bin/model_sync.py", "755")],
-                      directories=[("/var/lib/dual-spark/model", "spark", "755")])
+                      directories=[("state_dir", "/var/lib/dual-spark", "root", "755"),
+                                   ("model_dir", "/var/lib/dual-spark/model", "spark", "755")])
     """
-    directories = directories or []
-    current = host.get_fact(FileDigests, paths=[dest for _, dest, _ in programs] + [path for path, _, _ in directories])["files"]
-    changes = list(put_programs(programs, current, show_program_diffs))
-    for path, user, mode in directories:
-        info = current.get(path) or {"kind": "absent", "owner": None, "mode": None}
-        if info["kind"] != "directory":
-            changes.append(StringCommand("mkdir", "-p", QuoteString(path)))
-        if info["kind"] != "directory" or info["owner"].split(":")[0] != user or info["mode"] != mode:
-            changes.append(StringCommand("chown", QuoteString(f"{user}:"), QuoteString(path), "&&", "chmod", mode, QuoteString(path)))
+    claims = [Claim(*entry) for entry in directories or []]
+    current = host.get_fact(ManagedPaths, files=[dest for _, dest, _ in programs], directories=reading_paths(claims), names=NAMES)
+    changes = []
+    if claims:
+        claiming = plan(claims, current["directories"])  # raises, naming the path and the fix, before anything changes
+        for line in claiming.lines:
+            show_line(line)
+        if claiming.changes:
+            changes.append(claim_command(claims, claiming.owned))
+    changes += put_programs(programs, current["files"]["files"], show_program_diffs)
     if not changes:
-        host.noop("up to date: " + ", ".join(Path(p).name for p in [d for _, d, _ in programs] + [p for p, _, _ in directories]))
+        host.noop("up to date: " + ", ".join([Path(dest).name for _, dest, _ in programs] + [claim.path for claim in claims]))
     yield from changes

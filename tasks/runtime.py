@@ -13,7 +13,8 @@ image_name, image = cluster.image_name, cluster.image
 container = {"mounts": host.data.container_mounts, "env": host.data.container_env}
 
 managed_files(
-    name=f"Install the helpers (model hashing and replication, hub fetch, progress lines, serving health and watchdog); give {user} the model directory",
+    name=f"Claim the deploy's directories (state, model: {user}'s, stack), then install the helpers (model hashing and "
+         "replication, hub fetch, progress lines, serving health and watchdog)",
     programs=[
         ("files/runtime/model_sync.py", where["model_sync"], "755"),
         ("files/runtime/fetch_model.py", where["fetch_model"], "755"),
@@ -21,7 +22,11 @@ managed_files(
         ("files/serving/health.py", where["health"], "755"),
         ("files/serving/watchdog.py", where["watchdog"], "755"),
     ],
-    directories=[(host.data.model_dir, user, "755")],
+    directories=[  # every one claimed here, in the first step that touches any: a refusal comes before anything changes
+        ("state_dir", host.data.state_dir, "root", "755"),
+        ("model_dir", host.data.model_dir, user, "755"),
+        ("stack_dir", host.data.stack_dir, "root", "755"),
+    ],
     show_program_diffs=host.data.show_program_diffs,
 )
 

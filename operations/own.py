@@ -1,0 +1,187 @@
+"""The deploy's own directories on a node (state_dir, model_dir, stack_dir): nothing that exists
+without the deploy's marker has its owner, mode or contents changed. One shell command checks
+and acts: each directory from ``site_schema.own_top`` down to the path either exists as a real
+directory (no symbolic link on the way) holding the marker, or is made (one level at a time, in
+a parent that exists) and marked; only then is the final directory given its owner and mode.
+Anything else is refused, naming the path and the fix. The site's parse is the first line (the
+path rule); this is the second, on the node."""
+
+from __future__ import annotations
+
+import posixpath
+import shlex
+from dataclasses import dataclass
+
+from pyinfra import host
+from pyinfra.api import OperationError, QuoteString, StringCommand
+
+from layout import MANAGED_MARKER
+from site_schema import own_top
+
+# What an earlier version of the deploy (which marked no state_dir or stack_dir) left in one: such
+# a directory, root-owned and not a link, is adopted (marked) instead of refused.
+LEGACY = {"state_dir": ("bin/model_sync.py",), "stack_dir": ("compose.yaml", "launch.sh")}
+NAMES = [MANAGED_MARKER, *dict.fromkeys(name for names in LEGACY.values() for name in names)]
+MARKER_TEXT = "Made or adopted by the dual-spark deploy, which may change what is in this directory."
+# The shell functions of the check: refuse with a message; a directory with no link on its way;
+# a regular file that is no link; a directory holding the marker. And of the act: write the marker.
+CHECK = ('no() { echo "$1" >&2; exit 1; }; real() { [ -d "$1" ] && [ ! -L "$1" ] && [ "$(realpath -e -- "$1")" = "$1" ]; }; '
+         'regular() { [ -f "$1" ] && [ ! -L "$1" ]; }; marked() { regular "$1/' + MANAGED_MARKER + '"; };')
+MARK = "mark() { echo " + shlex.quote(MARKER_TEXT) + ' > "$1"; };'
+
+
+@dataclass(frozen=True)
+class Claim:
+    """A directory the site names (``field``), to be the deploy's, with its owner and mode."""
+
+    field: str
+    path: str
+    owner: str
+    mode: str
+
+
+def levels(path: str) -> list[str]:
+    """The directories the deploy makes or finds its marker in: own_top(path) down to path."""
+    top = own_top(path)
+    if top is None:
+        return []
+    below = path[len(top):].strip("/").split("/") if path != top else []
+    return [top] + [posixpath.join(top, *below[:depth]) for depth in range(1, len(below) + 1)]
+
+
+def not_ours(path: str, fields: str) -> str:
+    return (f"{path} exists and is not the deploy's (no {MANAGED_MARKER}): name another directory in site.toml ({fields}), "
+            f"or, if it is this deploy's, sudo touch {path}/{MANAGED_MARKER}")
+
+
+def not_real(path: str, fields: str, what: str = "is a symbolic link, lies under one, or is not a directory") -> str:
+    return (f"{path} {what}: the deploy follows no link and makes its directories itself. Name a directory of its own, "
+            f"by its real path, in site.toml ({fields})")
+
+
+def no_parent(parent: str, claim: Claim) -> str:
+    return (f"{parent} is not a directory here (or is a symbolic link): {claim.field} = {claim.path} would be made in it. "
+            f"If it is a data disk, mount it (the deploy never makes the mount point of a disk on the root file system); "
+            f"else create it (sudo mkdir {parent}) or name another directory in site.toml ({claim.field})")
+
+
+def legacy(claim: Claim | None) -> tuple[str, ...]:
+    return LEGACY.get(claim.field, ()) if claim is not None else ()
+
+
+@dataclass
+class Level:
+    path: str
+    fields: list[str]
+    final: Claim | None = None  # the claim whose own directory this is
+
+
+def structure(claims: list[Claim]) -> tuple[list[tuple[str, Claim]], list[Level]]:
+    """The parents that must exist (each with the first claim that needs it), and every level,
+    each once, parents first, with the site fields that name it or a directory below it."""
+    parents: dict[str, Claim] = {}
+    found: dict[str, Level] = {}
+    for claim in claims:
+        chain = levels(claim.path)
+        if not chain:
+            raise OperationError(f"{host.name}: {claim.field} = {claim.path} is not where the deploy keeps its directories "
+                                 "(the path rule of site_schema.py): name another directory in site.toml")
+        parents.setdefault(posixpath.dirname(chain[0]), claim)
+        for path in chain:  # top down: a level's parent is always found before it
+            level = found.setdefault(path, Level(path, []))
+            if claim.field not in level.fields:
+                level.fields.append(claim.field)
+        found[claim.path].final = found[claim.path].final or claim
+    return list(parents.items()), list(found.values())
+
+
+def reading_paths(claims: list[Claim]) -> list[str]:
+    """Every directory the claims' check reads: the parents, then the levels."""
+    parents, ordered = structure(claims)
+    return list(dict.fromkeys([parent for parent, _ in parents] + [level.path for level in ordered]))
+
+
+@dataclass
+class Plan:
+    owned: list[Claim]  # final directories given their owner and mode
+    lines: list[str]  # what the diff says, one line for each directory made, adopted or changed
+
+    @property
+    def changes(self) -> bool:
+        return bool(self.lines)
+
+
+def plan(claims: list[Claim], directories: dict) -> Plan:
+    """What the claims' command will do, read from ManagedPaths' directories; an OperationError
+    naming the path and the fix where it would refuse."""
+    parents, ordered = structure(claims)
+    for parent, claim in parents:
+        info = directories.get(parent)
+        if info is None or info["kind"] != "directory" or info["realpath"] != parent:
+            raise OperationError(f"{host.name}: {no_parent(parent, claim)}")
+    result = Plan([], [])
+    for level in ordered:
+        info = directories.get(level.path) or {"kind": "absent"}
+        fields, claim = ", ".join(level.fields), level.final
+        owner, mode = (claim.owner, claim.mode) if claim is not None else ("root", "755")
+        if info["kind"] == "absent":
+            result.lines.append(f"Will create {level.path} ({owner}, mode {mode}) and mark it {MANAGED_MARKER}")
+            result.owned += [claim] if claim is not None else []
+            continue
+        if info["kind"] != "directory" or info["realpath"] != level.path:
+            what = (f"is a {info['kind']}" + (f" to {info['realpath']}" if info["realpath"] else "") if info["kind"] != "directory"
+                    else f"lies under a symbolic link (it is {info['realpath']})")
+            raise OperationError(f"{host.name}: {not_real(level.path, fields, what)}")
+        if MANAGED_MARKER not in info["holds"]:
+            earlier = legacy(claim)
+            if not (earlier and info["owner"].split(":")[0] == "root" and all(name in info["holds"] for name in earlier)):
+                raise OperationError(f"{host.name}: {not_ours(level.path, fields)}")
+            result.lines.append(f"Will adopt {level.path} (an earlier version's {' and '.join(earlier)}, root-owned): "
+                                f"mark it {MANAGED_MARKER}")
+        if claim is not None and (info["owner"].split(":")[0] != owner or info["mode"] != mode):
+            result.owned.append(claim)
+            result.lines.append(f"Will set {level.path} to {owner}, mode {mode} (now {info['owner']}, mode {info['mode']})")
+    return result
+
+
+def claim_command(claims: list[Claim], owned: list[Claim]) -> StringCommand:
+    """Check every level of every claim, then act: make what is absent (one level at a time) and
+    mark it, mark an earlier version's directory, give the ``owned`` final directories their owner
+    and mode. A refusal exits before anything is changed."""
+    parents, ordered = structure(claims)
+    parts: list = [CHECK, MARK]
+    for parent, claim in parents:
+        parts += ["real", QuoteString(parent), "||", "no", QuoteString(no_parent(parent, claim)), ";"]
+    for level in ordered:
+        path, fields, earlier = QuoteString(level.path), ", ".join(level.fields), legacy(level.final)
+        adoptable = ["||", "{", "[", '"$(stat', "-c", "%u", "--", path, ')"', "=", "0", "]", *[
+            piece for name in earlier for piece in ("&&", "regular", QuoteString(f"{level.path}/{name}"))], ";", "}"] if earlier else []
+        parts += ["if", "[", "-e", path, "]", "||", "[", "-L", path, "];", "then",
+                  "real", path, "||", "no", QuoteString(not_real(level.path, fields)), ";",
+                  "marked", path, *adoptable, "||", "no", QuoteString(not_ours(level.path, fields)), ";", "fi;"]
+    for level in ordered:
+        path, earlier = QuoteString(level.path), legacy(level.final)
+        marker = QuoteString(f"{level.path}/{MANAGED_MARKER}")
+        parts += ["if", "[", "!", "-e", path, "];", "then", "mkdir", "-m", "755", "--", path, "&&", "mark", marker,
+                  "&&", "echo", QuoteString(f"made {level.path}, marked {MANAGED_MARKER}"), "||", "exit", "1;"]
+        if earlier:
+            parts += ["elif", "!", "marked", path, ";", "then", "rm", "-f", "--", marker, "&&", "mark", marker, "&&",
+                      "echo", QuoteString(f"adopted {level.path} (an earlier version's {' and '.join(earlier)}), marked {MANAGED_MARKER}"),
+                      "||", "exit", "1;"]
+        parts += ["fi;"]
+    for claim in owned:  # on the directory itself, entered without a link: no path is resolved again after the check
+        path = QuoteString(claim.path)
+        parts += ["(", "cd", "-P", "--", path, "&&", "[", '"$(pwd -P)"', "=", path, "]", "&&",
+                  "chown", QuoteString(f"{claim.owner}:"), ".", "&&", "chmod", claim.mode, ".", ")", "||", "exit", "1;"]
+    parts += ["true"]
+    return StringCommand(*parts)
+
+
+def claimed(path: str, field: str) -> StringCommand:
+    """Shell that goes on only if ``path`` is a directory the deploy claimed (real, marked): the
+    guard of a later command that writes there as root."""
+    quoted = QuoteString(path)
+    return StringCommand(CHECK, "{", "real", quoted, "&&", "marked", quoted, "||", "no",
+                         QuoteString(f"{field} {path} is not a directory the deploy claimed (a real directory holding "
+                                     f"{MANAGED_MARKER}): run `pyinfra inventory.py tasks/runtime.py`, which makes and marks it"),
+                         ";", "}")

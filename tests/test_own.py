@@ -1,0 +1,164 @@
+"""The claim of the deploy's directories (operations/own.py) run by a real shell on a tree under a
+temporary directory that stands for a node's file system (own_top moved there): read by the real
+ManagedPaths command, planned, acted on, read again. What exists without the marker is refused by
+the command itself (the second line), whatever the reading said, and left as it was."""
+
+import os
+import pwd
+import subprocess
+from pathlib import Path
+
+import pytest
+from pyinfra.api import OperationError
+
+import operations.own as own
+import site_schema
+from facts.host_prep import ManagedPaths
+from layout import MANAGED_MARKER
+from operations.own import NAMES, Claim, claim_command, plan, reading_paths
+from tests.fake_host import FakeHost
+
+ME = pwd.getpwuid(os.getuid()).pw_name  # the deploy user of these tests (chown to it needs no root)
+
+
+@pytest.fixture
+def node(tmp_path, monkeypatch):
+    """A node's root under tmp_path: var/lib, etc and srv in it; own_top as the path rule has it,
+    relative to that root."""
+    root = tmp_path / "node"
+    for directory in ("var/lib", "etc/profile.d", "srv"):
+        (root / directory).mkdir(parents=True)
+    (root / "etc/profile.d/a.sh").write_text("export A=1\n")
+
+    def own_top(path: str) -> str | None:
+        relative = "/" + Path(path).relative_to(root).as_posix()
+        top = site_schema.own_top(relative)
+        return str(root) + top if top else None
+
+    monkeypatch.setattr(own, "own_top", own_top)
+    return root
+
+
+@pytest.fixture(autouse=True)
+def on_a_host():
+    from pyinfra.context import ctx_host
+    with ctx_host.use(FakeHost("spark-head", {}, {}, None)):
+        yield
+
+
+def claims_of(root: Path, state="var/lib/dual-spark", model="var/lib/dual-spark/model", stack="etc/dual-spark") -> list[Claim]:
+    return [Claim("state_dir", str(root / state), ME, "755"), Claim("model_dir", str(root / model), ME, "750"),
+            Claim("stack_dir", str(root / stack), ME, "755")]
+
+
+def sh(command) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", "-c", command.get_raw_value()], capture_output=True, text=True, timeout=30)
+
+
+def read(claims: list[Claim]) -> dict:
+    fact = ManagedPaths()
+    result = sh(fact.command([], reading_paths(claims), NAMES))
+    reading = fact.process(result.stdout.splitlines())
+    assert reading["unreadable"] == [], reading
+    return reading["directories"]
+
+
+def tree(root: Path) -> dict[str, tuple]:
+    """Every path under root: its mode and, for a file, its text; for a link, where it points."""
+    found = {}
+    for path in sorted(root.rglob("*")):
+        if path.is_symlink():
+            found[str(path)] = ("link", os.readlink(path))
+        else:
+            found[str(path)] = (oct(path.stat().st_mode), path.read_text() if path.is_file() else None)
+    return found
+
+
+def test_a_fresh_node_gets_every_level_made_and_marked_then_nothing_to_do(node):
+    claims = claims_of(node)
+    planned = plan(claims, read(claims))
+    assert planned.changes and [claim.field for claim in planned.owned] == ["state_dir", "model_dir", "stack_dir"]
+    result = sh(claim_command(claims, planned.owned))
+    assert result.returncode == 0, result.stderr
+    for claim in claims:
+        assert f"made {claim.path}, marked {MANAGED_MARKER}" in result.stdout
+        assert (Path(claim.path) / MANAGED_MARKER).is_file()
+    assert oct(Path(claims[1].path).stat().st_mode & 0o777) == "0o750"
+    again = plan(claims, read(claims))
+    assert not again.changes and again.owned == []  # converged: the operation yields no command
+
+
+def test_levels_below_a_system_home_are_made_one_at_a_time(node):
+    claims = claims_of(node, model="var/lib/dual-spark-models/big/dsv4")
+    result = sh(claim_command(claims, plan(claims, read(claims)).owned))
+    assert result.returncode == 0, result.stderr
+    for level in ("var/lib/dual-spark-models", "var/lib/dual-spark-models/big", "var/lib/dual-spark-models/big/dsv4"):
+        assert (node / level / MANAGED_MARKER).is_file()
+
+
+def test_an_unmarked_directory_is_refused_by_the_command_and_nothing_changes_anywhere(node):
+    theirs = node / "srv/theirs"
+    theirs.mkdir(mode=0o700)
+    (theirs / "thesis.tex").write_text("mine")
+    claims = claims_of(node, model="srv/theirs")
+    with pytest.raises(OperationError, match=f"{theirs} exists and is not the deploy's"):
+        plan(claims, read(claims))
+    before = tree(node)
+    stale = claim_command(claims, claims)  # as if the reading had found it marked: the command checks again
+    result = sh(stale)
+    assert result.returncode == 1
+    assert result.stderr.strip() == (f"{theirs} exists and is not the deploy's (no {MANAGED_MARKER}): name another directory in "
+                                     f"site.toml (model_dir), or, if it is this deploy's, sudo touch {theirs}/{MANAGED_MARKER}")
+    assert tree(node) == before  # not even state_dir, checked before it, was made
+
+
+def test_a_symbolic_link_is_refused_and_what_it_points_at_untouched(node):
+    (node / "var/lib/dual-spark-evil").symlink_to(node / "etc/profile.d")
+    claims = claims_of(node, stack="var/lib/dual-spark-evil")
+    with pytest.raises(OperationError, match=f"dual-spark-evil is a symbolic link to {node}/etc/profile.d"):
+        plan(claims, read(claims))
+    before = tree(node)
+    result = sh(claim_command(claims, claims))
+    assert result.returncode == 1 and "dual-spark-evil is a symbolic link, lies under one, or is not a directory" in result.stderr
+    assert tree(node) == before and not (node / "etc/profile.d" / MANAGED_MARKER).exists()
+
+
+def test_a_disk_that_is_not_mounted_is_never_made(node):
+    claims = claims_of(node, model="srv/disk/models")
+    with pytest.raises(OperationError, match=r"srv/disk is not a directory here .*If it is a data disk, mount it"):
+        plan(claims, read(claims))
+    result = sh(claim_command(claims, claims))
+    assert result.returncode == 1 and "srv/disk is not a directory here" in result.stderr
+    assert not (node / "srv/disk").exists() and not (node / "var/lib/dual-spark").exists()
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an earlier version's directories are root's: adopting one needs root")
+def test_an_earlier_versions_directories_are_adopted_and_said_so(node):
+    (node / "var/lib/dual-spark/bin").mkdir(parents=True)
+    (node / "var/lib/dual-spark/bin/model_sync.py").write_text("# an earlier version's\n")
+    (node / "etc/dual-spark").mkdir()
+    for name in ("compose.yaml", "launch.sh"):
+        (node / "etc/dual-spark" / name).write_text("x\n")
+    claims = [Claim("state_dir", str(node / "var/lib/dual-spark"), "root", "755"),
+              Claim("model_dir", str(node / "var/lib/dual-spark/model"), "root", "755"),
+              Claim("stack_dir", str(node / "etc/dual-spark"), "root", "755")]
+    planned = plan(claims, read(claims))
+    assert any(line.startswith(f"Will adopt {node}/var/lib/dual-spark (an earlier version's bin/model_sync.py") for line in planned.lines)
+    result = sh(claim_command(claims, planned.owned))
+    assert result.returncode == 0, result.stderr
+    assert f"adopted {node}/etc/dual-spark (an earlier version's compose.yaml and launch.sh), marked" in result.stdout
+    assert (node / "etc/dual-spark/compose.yaml").read_text() == "x\n"  # adopted as it is
+    assert not plan(claims, read(claims)).changes
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="an earlier version's directories are root's: the test makes one of another owner")
+def test_an_unmarked_directory_of_another_owner_is_not_adopted_even_with_those_files(node):
+    stack = node / "etc/dual-spark"
+    stack.mkdir()
+    for name in ("compose.yaml", "launch.sh"):
+        (stack / name).write_text("x\n")
+    os.chown(stack, 65534, 65534)
+    claims = claims_of(node)
+    result = sh(claim_command(claims, claims))
+    assert result.returncode == 1 and f"{stack} exists and is not the deploy's" in result.stderr
+    assert not (stack / MANAGED_MARKER).exists() and stack.stat().st_uid == 65534
