@@ -26,6 +26,7 @@ from facts.runtime import ImageState
 from facts.serving import ModelHeads, ServingState
 from facts.verify import api_reading
 from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, paths
+from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from operations.render import render, show_diff
 from operations.runtime import smoke_marker
@@ -286,7 +287,8 @@ def compose(stack_dir: str, *args: str) -> StringCommand:
 
 def install(stack: Stack, reading: dict, stack_dir: str):
     """Stage both files, check them with the real `docker compose config`, keep the previous
-    ones, install. Nothing is installed if the check fails."""
+    ones, install into stack_dir only if it is the deploy's (claimed by tasks/runtime.py: a real
+    directory holding its marker; never made here). Nothing is installed if a check fails."""
     for name, text in zip(FILES, (stack.compose, stack.launch)):
         show_diff(f"{stack_dir}/{name}", reading["compose" if name == "compose.yaml" else "launch"], text)
     yield StringCommand("rm", "-rf", STAGING, "&&", "mkdir", "-p", STAGING)
@@ -295,9 +297,10 @@ def install(stack: Stack, reading: dict, stack_dir: str):
         yield FileUploadCommand(StringIO(text), staged, remote_temp_filename=host.get_temp_filename(staged))
     yield StringCommand("chmod", "755", f"{STAGING}/launch.sh", "&&", "docker", "compose", "-f", f"{STAGING}/compose.yaml",
                         "config", "-q")
+    yield claimed(stack_dir, "stack_dir")
     for name in FILES:
         target = QuoteString(f"{stack_dir}/{name}")
-        yield StringCommand("mkdir", "-p", QuoteString(stack_dir), "&&", "{", "test", "!", "-f", target, "||", "cp", "-p", target,
+        yield StringCommand("{", "test", "!", "-f", target, "||", "cp", "-p", target,
                             StringCommand(target, '.previous', _separator=""), ";", "}", "&&",
                             "install", "-m", "755" if name == "launch.sh" else "644", f"{STAGING}/{name}", target)
     yield StringCommand("rm", "-rf", STAGING)
