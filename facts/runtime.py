@@ -70,13 +70,19 @@ class ImageState(FactBase[Image]):
                 "unreadable": sections[""] + bad + bad_smoke + bad_keys + ([] if known else size)}
 
 
+class Token(TypedDict):
+    mode: str
+    owner: str
+    kind: str  # stat's name for it: "regular file", "regular empty file", "symbolic link", "directory", ...
+
+
 class Model(TypedDict):
     exists: bool
     free_bytes: int | None
     manifest: dict | None
     verified: str | None
     changed: list[str]
-    token_mode: str | None
+    token: Token | None
     unreadable: list[str]
 
 
@@ -84,28 +90,30 @@ class ModelState(FactBase[Model]):
     """
     The model directory as model_sync.py reads it without hashing: whether it exists, the free
     space, the manifest (head) or the digest recorded as verified (worker), the files whose size
-    or mtime moved since; and the mode of ``user``'s hub token file (None where absent).
+    or mtime moved since; and, given ``token_file``, what the deploy user sees there (stat run as
+    that user, not following a link: mode, owner, kind; None where it sees nothing).
 
     .. code:: python
 
         {"exists": True, "free_bytes": 3221225472000, "manifest": {"digest": "ab12...", "files": 52,
          "bytes": 166798331904, "source": {"repo": "...", "revision": "..."}}, "verified": None,
-         "changed": [], "token_mode": "600", "unreadable": []}
+         "changed": [], "token": {"mode": "600", "owner": "spark", "kind": "regular file"}, "unreadable": []}
     """
 
     @staticmethod
     def default() -> Model:
         return {"exists": False, "free_bytes": None, "manifest": None, "verified": None, "changed": [],
-                "token_mode": None, "unreadable": []}
+                "token": None, "unreadable": []}
 
-    def command(self, script: str, model_dir: str, manifest: str, state: str, user: str, token_file: str) -> StringCommand:
+    def command(self, script: str, model_dir: str, manifest: str, state: str, user: str, token_file: str | None = None) -> StringCommand:
         status = ["python3", QuoteString(script), "status", "--dir", QuoteString(model_dir), "--state", QuoteString(state)]
         if manifest:
             status += ["--manifest", QuoteString(manifest)]
-        return combined({
-            "status": StringCommand("test", "-f", QuoteString(script), "&&", *status),
-            "token": StringCommand(token_path(user, token_file), 'stat -c %a "$t" 2>/dev/null'),
-        })
+        sections: dict = {"status": StringCommand("test", "-f", QuoteString(script), "&&", *status)}
+        if token_file is not None:
+            sections["token"] = StringCommand(token_path(user, token_file), "sudo", "-n", "-u", QuoteString(user), "stat", "-c",
+                                              "'%a %U %F'", "--", '"$t"', "2>/dev/null")
+        return combined(sections)
 
     def process(self, output: list[str]) -> Model:
         sections = split(output)
@@ -118,18 +126,38 @@ class ModelState(FactBase[Model]):
                 reading.update({key: status[key] for key in ("exists", "free_bytes", "manifest", "verified", "changed")})
             except (ValueError, KeyError, TypeError):
                 unreadable += lines
-        mode = [line.strip() for line in sections.get("token", []) if line.strip()]
-        if len(mode) == 1 and mode[0].isdigit():
-            reading["token_mode"] = mode[0]
+        token = [line.strip() for line in sections.get("token", []) if line.strip()]
+        fields = token[0].split(" ", 2) if len(token) == 1 else []
+        if len(fields) == 3 and fields[0].isdigit():
+            reading["token"] = {"mode": fields[0], "owner": fields[1], "kind": fields[2]}
         else:
-            unreadable += mode
+            unreadable += token
         reading["unreadable"] = unreadable
         return reading
 
 
+TOKEN_KINDS = ("regular file", "regular empty file")  # what stat calls a regular file
+
+
 def token_path(user: str, token_file: str) -> StringCommand:
-    """Shell that sets $t to the token file, "~/" meaning the deploy user's home."""
-    if token_file.startswith("~/"):
-        home = StringCommand('"$(getent passwd', QuoteString(user), '| cut -d: -f6)"')
-        return StringCommand("t=", home, "/", QuoteString(token_file[2:]), ";", _separator="")
-    return StringCommand("t=", QuoteString(token_file), ";", _separator="")
+    """Shell that sets $t to the token file: ``~/...`` in the deploy user's home (the only form the
+    site takes)."""
+    if not token_file.startswith("~/"):
+        raise ValueError(f"hf_token_file = {token_file!r}: name it as ~/<path> in the deploy user's home")
+    home = StringCommand('"$(getent passwd', QuoteString(user), '| cut -d: -f6)"')
+    return StringCommand("t=", home, "/", QuoteString(token_file[2:]), ";", _separator="")
+
+
+def token_refusal(token_file: str, user: str, token: Token | None) -> str | None:
+    """Why the token file may not be used (None: it may, or there is none): only a regular file
+    of the deploy user's, not a link."""
+    if token is None or (token["kind"] in TOKEN_KINDS and token["owner"] == user):
+        return None
+    what = f"a {token['kind']}" if token["kind"] not in TOKEN_KINDS else f"owned by {token['owner']}, not {user}"
+    return token_fix(token_file, user, what)
+
+
+def token_fix(token_file: str, user: str, what: str) -> str:
+    return (f"hf_token_file = {token_file} is {what}: the hub token must be a regular file owned by {user}, in its home, "
+            f"never a link. Fix: as {user}, replace it with the token itself (hf auth login, or write the token there), "
+            "or set hf_token_file in site.toml to such a file")

@@ -81,8 +81,7 @@ class Readiness(FactBase[Readings]):
             "host_keys": SshHostKeyFingerprints().command(),
             "memory": GpuMemory().command(),
             "image": ImageState().command(runtime["tag"], runtime["marker"]),
-            "model": ModelState().command(runtime["script"], runtime["model_dir"], runtime["manifest"], runtime["state"],
-                                          user, "/dev/null"),
+            "model": ModelState().command(runtime["script"], runtime["model_dir"], runtime["manifest"], runtime["state"], user),
             "serving": combined(stack_sections(serving["stack_dir"], serving["key_file"], runtime["manifest"])),
         }
         return combined({

@@ -15,11 +15,12 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyinfra import host, logger
-from pyinfra.api import FileUploadCommand, FunctionCommand, QuoteString, StringCommand, operation
+from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
 from cluster import Cluster, Node
-from facts.runtime import ImageState, ModelState, token_path
+from facts.runtime import ImageState, ModelState, token_fix, token_path, token_refusal
 from layout import FABRIC_CIPHER, OWN_FILES, SSH_OPTIONS, paths
+from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from serving_data import model_source
 
@@ -263,6 +264,8 @@ def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, 
     """
     if not acts_here("head"):
         return
+    if not hf_token_file.startswith("~/"):
+        raise OperationError(f"{host.name}: hf_token_file = {hf_token_file}: name it as ~/<path>, a file in {user}'s home on the head")
     cluster: Cluster = host.data.cluster
     where = paths(state_dir, model_dir)
     source = model_source(model)
@@ -281,6 +284,9 @@ def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, 
             free = f"; {gib(head['free_bytes'])} free there" if head["free_bytes"] is not None else ""
             host.log(f"will fetch {model['repo']} at {model['revision'][:12]} from the hub into {model_dir} (its size "
                      f"shows once the hub answers{free}), then hash it", logger.info)
+            refusal = token_refusal(hf_token_file, user, head["token"])
+            if refusal:
+                raise OperationError(f"{host.name}: {refusal}: nothing was fetched")
         yield fetch(model, user, where, model_dir, image, hf_endpoint, hf_token_file, container)
     elif not head_done:
         what = f"{manifest['files']} files, {gib(manifest['bytes'])}" if full else f"{len(head['changed'])} changed file(s)"
@@ -320,28 +326,44 @@ def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, 
 
 def fetch(model: dict, user: str, where: dict, model_dir: str, image: dict, hf_endpoint: str, hf_token_file: str,
           container: dict) -> FunctionCommand:
-    """The model into model_dir, owned by the deploy user: copied from a directory on the head, or
-    from the hub by fetch_model.py in the runtime image (with the token file mounted if present).
-    Both delete what the model lacks and own everything there, so model_dir is claimed first: a
-    directory the deploy did not make is refused, untouched (model_sync.py claim)."""
-    claim = StringCommand("python3", QuoteString(where["model_sync"]), "claim", "--dir", QuoteString(model_dir),
-                          "--manifest", QuoteString(where["manifest"]), "&&")
-    own = StringCommand("&&", "chown", "-R", QuoteString(f"{user}:"), QuoteString(model_dir))
+    """The model into model_dir, the deploy user's directory, claimed by the first step
+    (operations/own.py) and checked again here: a real directory holding the deploy's marker, or
+    nothing happens. From a directory on the head: copied by the deploy user (rsync under
+    sudo -u), which first checks, as that user, that the source holds a config.json: what it may
+    not read stays unread. From the hub: fetch_model.py in the runtime image, with the token
+    file mounted only if the deploy user finds there a regular file of its own (not a link; it
+    makes it mode 600 itself); the container writes as root, so model_dir is given back to the
+    user afterwards, in the same command."""
+    guard = claimed(model_dir, "model_dir")
+    as_user = ["sudo", "-n", "-u", QuoteString(user)]
     if "path" in model:
-        copy = ["rsync", "-a", "--delete", "--exclude", QuoteString(f"/{OWN_FILES}*"), "--info=progress2", "--no-inc-recursive",
-                QuoteString(model["path"].rstrip("/") + "/"), QuoteString(model_dir + "/")]
+        source = model["path"].rstrip("/")
+        readable = StringCommand(
+            "{", *as_user, "test", "-f", QuoteString(f"{source}/config.json"), "||", "no",
+            QuoteString(f"model.path = {model['path']} is not a model directory {user} may read (no config.json there that "
+                        f"{user} can read): nothing was copied. Fix: set model.path to the directory holding the config.json "
+                        f"and the weights of the model, readable by {user}"), ";", "}")
+        copy = [*as_user, "rsync", "-a", "--delete", "--exclude", QuoteString(f"/{OWN_FILES}*"), "--info=progress2",
+                "--no-inc-recursive", QuoteString(source + "/"), QuoteString(model_dir + "/")]
         return FunctionCommand(streamed, (StringCommand(
-            claim, "python3", QuoteString(where["progress"]), "run", "--what", QuoteString(f"copying the model from {model['path']}"),
-            "--", *copy, own),), {})
+            guard, "&&", readable, "&&", "python3", QuoteString(where["progress"]), "run", "--what",
+            QuoteString(f"copying the model from {model['path']}"), "--", *copy),), {})
+    token = StringCommand(
+        token_path(user, hf_token_file), "set", "--;", *as_user, "sh", "-c",
+        QuoteString('if [ -f "$1" ] && [ ! -L "$1" ] && [ -O "$1" ]; then chmod 600 "$1"; '
+                    'elif [ -e "$1" ] || [ -L "$1" ]; then exit 1; else exit 3; fi'), "-", '"$t";',
+        "case", "$?", "in", "0)", "set", "--", "-v", '"$t:/run/secrets/hf_token:ro";;', "3)", ";;", "*)", "echo",
+        QuoteString(token_fix(hf_token_file, user, f"a symbolic link, not a regular file, or not owned by {user}") + ": nothing was fetched"),
+        ">&2;", "exit", "1;;", "esac;")
     command = StringCommand(
-        token_path(user, hf_token_file), 'set --; if [ -f "$t" ]; then chmod 600 "$t";',
-        'set -- -v "$t:/run/secrets/hf_token:ro"; fi;', claim,
+        token, guard, "&&",
         "docker", "run", "--rm", "--network", "host", "-e", QuoteString(f"HF_ENDPOINT={hf_endpoint}"),
         "-e", "HF_HUB_DISABLE_XET=1", "-e", "HF_HOME=/model/.cache/huggingface", *container_args(container),
         "-v", QuoteString(f"{model_dir}:/model"), "-v", QuoteString(f"{where['fetch_model']}:/fetch_model.py:ro"),
         "-v", QuoteString(f"{where['progress']}:/progress.py:ro"), '"$@"',
         "--entrypoint", QuoteString(image["python"]), QuoteString(image["tag"]), "/fetch_model.py",
         "--repo", QuoteString(model["repo"]), "--revision", QuoteString(model["revision"]), "--dest", "/model",
-        "--token-file", "/run/secrets/hf_token", "--progress", str(PROGRESS_EVERY), own,
+        "--token-file", "/run/secrets/hf_token", "--progress", str(PROGRESS_EVERY),
+        "&&", "chown", "-R", QuoteString(f"{user}:"), QuoteString(model_dir),
     )
     return FunctionCommand(streamed, (command,), {})

@@ -64,7 +64,7 @@ def healthy(rank: int = 1, others: int = 1, ssh: int = 0) -> dict:
         "memory": ok(source="/proc/meminfo", gpus=["NVIDIA GB10"], total_gib=121.6, available_gib=117.4, nvidia_smi="ok"),
         "ssh_to": [ok(ok=True)] * ssh, "unreadable": [],
         "image": ok(id=IMAGE_ID, smoke_tested=IMAGE_ID),
-        "model": ok(exists=True, free_bytes=1 << 40, manifest=None, verified=DIGEST, changed=[], token_mode=None),
+        "model": ok(exists=True, free_bytes=1 << 40, manifest=None, verified=DIGEST, changed=[], token=None),
         "serving": ok(compose=["services:", "  vllm:", "    labels:", '      dual-spark.stack: "9d2e0c1a"'], launch=["#!/bin/sh"], api_key=False, rdma=ok(devices={}),
                       container={"id": "4f1c", "status": "running", "started": "2026-11-29T20:01:02.512Z", "restarts": 0,
                                  "stack": "9d2e0c1a", "profile": "adaptive", "image": IMAGE_ID, "health": ""}),
@@ -74,7 +74,7 @@ def healthy(rank: int = 1, others: int = 1, ssh: int = 0) -> dict:
 
 def head_reading(others: int = 1) -> dict:
     return {**healthy(0, others, 2 * others),
-            "model": ok(exists=True, free_bytes=1 << 40, verified=None, changed=[], token_mode=None,
+            "model": ok(exists=True, free_bytes=1 << 40, verified=None, changed=[], token=None,
                         manifest={"digest": DIGEST, "files": 6, "bytes": 706289, "source": {"path": MODEL["path"]}})}
 
 
@@ -122,9 +122,9 @@ def test_a_healthy_node_passes_everything():
     ({"image": ok(id=IMAGE_ID, smoke_tested=None)}, f"runtime image {TAG}", "has not passed its smoke test", "import vllm"),
     ({"image": ok(id="sha256:" + "a1" * 32, smoke_tested="sha256:" + "a1" * 32)}, f"runtime image {TAG}",
      "sha256:a1a1a1a1a1a1 here, sha256:5e5e5e5e5e5e on spark-head", "it sends what a worker lacks"),
-    ({"model": ok(exists=True, free_bytes=1, manifest=None, verified=None, changed=[], token_mode=None)}, "model copy",
+    ({"model": ok(exists=True, free_bytes=1, manifest=None, verified=None, changed=[], token=None)}, "model copy",
      "not verified against the head's manifest", "run the deploy again"),
-    ({"model": ok(exists=True, free_bytes=1, manifest=None, verified=DIGEST, changed=["model.safetensors"], token_mode=None)},
+    ({"model": ok(exists=True, free_bytes=1, manifest=None, verified=DIGEST, changed=["model.safetensors"], token=None)},
      "model copy", "1 file(s) changed since verified: model.safetensors", "only what differs moves"),
     ({"serving": ok(compose=None, launch=None, container=None, api_key=False, rdma=ok(devices={}))}, "vLLM stack",
      "no stack installed", "tasks/serving.py installs it"),

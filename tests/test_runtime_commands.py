@@ -38,33 +38,117 @@ def run(command, tmp_path: Path, *stand_ins: str) -> tuple[subprocess.CompletedP
     return result, [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
 
 
+# sudo -n -u USER CMD... as the commands use it: recorded, then CMD run (as this test's user: the
+# deploy user of these tests); getent passwd spark: the deploy user's home is $HOME_OF_SPARK.
+AS_USER = f"""#!{sys.executable}
+import json, os, sys
+args = sys.argv[1:]
+with open(os.environ["RECORD"], "a") as record:
+    record.write(json.dumps(["sudo", *args]) + "\\n")
+while args[0] in ("-n", "-u"):
+    args = args[1:] if args[0] == "-n" else args[2:]
+os.execvp(args[0], args)
+"""
+GETENT = """#!/bin/sh
+[ "$1 $2" = "passwd spark" ] && echo "spark:x:1000:1000::$HOME_OF_SPARK:/bin/sh"
+"""
+
+
+def on_the_head(command, tmp_path: Path, home: Path, *stand_ins: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
+    """run(), with sudo -u and getent standing in for the head's (the deploy user is this test's)."""
+    directory = tmp_path / "bin"
+    directory.mkdir(exist_ok=True)
+    for name, text in (("sudo", AS_USER), ("getent", GETENT)):
+        (directory / name).write_text(text)
+        (directory / name).chmod(0o755)
+    os.environ["HOME_OF_SPARK"] = str(home)
+    try:
+        return run(command, tmp_path, *stand_ins)
+    finally:
+        del os.environ["HOME_OF_SPARK"]
+
+
+def claimed_dir(path: Path) -> Path:
+    """A model directory as the first step leaves it: made and marked."""
+    path.mkdir(parents=True)
+    (path / ".dual-spark-managed").write_text("the deploy's\n")
+    return path
+
+
 def test_a_hub_token_path_with_spaces_reaches_docker_as_one_argument(tmp_path):
-    token = tmp_path / "my tokens" / "hf token"
-    token.parent.mkdir()
+    home = tmp_path / "home of spark"
+    token = home / "my tokens" / "hf token"
+    token.parent.mkdir(parents=True)
     token.write_text("hf_secret")
-    model_dir = str(tmp_path / "model dir")
-    command = fetch(HUB_MODEL, "spark", paths("/s", model_dir), model_dir, IMAGE, "http://hub", str(token), NO_CONTAINER).args[0]
-    result, calls = run(command, tmp_path, "docker", "python3", "chown")
+    token.chmod(0o644)
+    model_dir = str(claimed_dir(tmp_path / "model dir"))
+    command = fetch(HUB_MODEL, "spark", paths("/s", model_dir), model_dir, IMAGE, "http://hub", "~/my tokens/hf token",
+                    NO_CONTAINER).args[0]
+    result, calls = on_the_head(command, tmp_path, home, "docker", "chown")
     assert result.returncode == 0, result.stderr
-    assert [call[0] for call in calls] == ["python3", "docker", "chown"]
+    assert [call[0] for call in calls] == ["sudo", "docker", "chown"]
+    assert calls[0][:4] == ["sudo", "-n", "-u", "spark"]  # the token is checked and made 600 by its user, not root
     docker = calls[1]
     assert docker[docker.index(f"{token}:/run/secrets/hf_token:ro") - 1] == "-v"
     assert f"{model_dir}:/model" in docker and "hf_secret" not in json.dumps(calls)
     assert oct(token.stat().st_mode & 0o777) == "0o600"
+    assert calls[2] == ["chown", "-R", "spark:", model_dir]  # the container wrote as root: given back, in the same command
 
 
 def test_without_a_token_file_docker_gets_no_token_mount(tmp_path):
-    command = fetch(HUB_MODEL, "spark", paths("/s", "/m"), "/m", IMAGE, "http://hub", str(tmp_path / "absent"), NO_CONTAINER).args[0]
-    result, calls = run(command, tmp_path, "docker", "python3", "chown")
+    model_dir = str(claimed_dir(tmp_path / "model"))
+    command = fetch(HUB_MODEL, "spark", paths("/s", model_dir), model_dir, IMAGE, "http://hub", "~/absent", NO_CONTAINER).args[0]
+    result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
     assert result.returncode == 0, result.stderr
-    assert not any("hf_token:ro" in arg for arg in calls[1]) and calls[1][-3:] == ["/run/secrets/hf_token", "--progress", "10"]
+    docker = calls[1]
+    assert not any("hf_token:ro" in arg for arg in docker) and docker[-3:] == ["/run/secrets/hf_token", "--progress", "10"]
 
 
-def copying(tmp_path: Path, model_dir: Path):
+def test_a_token_that_is_a_link_is_refused_never_mounted_and_what_it_names_untouched(tmp_path):
+    secret = tmp_path / "shadow"
+    secret.write_text("root:$6$hash")
+    secret.chmod(0o640)
+    (tmp_path / ".cache").mkdir()
+    (tmp_path / ".cache" / "token").symlink_to(secret)
+    model_dir = str(claimed_dir(tmp_path / "model"))
+    command = fetch(HUB_MODEL, "spark", paths("/s", model_dir), model_dir, IMAGE, "http://hub", "~/.cache/token", NO_CONTAINER).args[0]
+    result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
+    assert result.returncode == 1
+    assert "hf_token_file = ~/.cache/token is a symbolic link, not a regular file, or not owned by spark" in result.stderr
+    assert "Fix: as spark, replace it with the token itself" in result.stderr
+    assert [call[0] for call in calls] == ["sudo"]  # no docker, no chown
+    assert oct(secret.stat().st_mode & 0o777) == "0o640" and "$6$hash" not in result.stdout + result.stderr
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another owner needs root to make")
+def test_a_token_of_another_owner_is_refused(tmp_path):
+    token = tmp_path / "token"
+    token.write_text("hf_theirs")
+    os.chown(token, 65534, 65534)
+    model_dir = str(claimed_dir(tmp_path / "model"))
+    command = fetch(HUB_MODEL, "spark", paths("/s", model_dir), model_dir, IMAGE, "http://hub", "~/token", NO_CONTAINER).args[0]
+    result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
+    assert result.returncode == 1 and "hf_token_file = ~/token is a symbolic link, not a regular file, or not owned" in result.stderr
+    assert [call[0] for call in calls] == ["sudo"] and oct(token.stat().st_mode & 0o777) == "0o644"
+
+
+def test_a_fetch_into_a_directory_the_deploy_did_not_claim_is_refused(tmp_path):
+    model_dir = tmp_path / "theirs"
+    model_dir.mkdir()
+    command = fetch(HUB_MODEL, "spark", paths("/s", str(model_dir)), str(model_dir), IMAGE, "http://hub", "~/absent",
+                    NO_CONTAINER).args[0]
+    result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
+    assert result.returncode == 1 and f"model_dir {model_dir} is not a directory the deploy claimed" in result.stderr
+    assert not [call for call in calls if call[0] in ("docker", "chown")]
+
+
+def copying(tmp_path: Path, model_dir: Path, config: bool = True):
     """The copy from a directory on the head, with this repository's helpers."""
     source = tmp_path / "source"
     source.mkdir()
     (source / "model.safetensors").write_bytes(b"weights")
+    if config:
+        (source / "config.json").write_text("{}")
     where = {**paths("/s", str(model_dir)), "model_sync": str(REPO / "files/runtime/model_sync.py"),
              "progress": str(REPO / "files/runtime/progress.py"), "manifest": str(tmp_path / "manifest.json")}
     return fetch({"path": str(source)}, "spark", where, str(model_dir), IMAGE, "http://hub", "~/t", NO_CONTAINER).args[0]
@@ -74,19 +158,46 @@ def test_copying_into_a_directory_the_deploy_did_not_make_is_refused_and_touches
     model_dir = tmp_path / "home"
     model_dir.mkdir()
     (model_dir / "thesis.tex").write_text("mine")
-    result, calls = run(copying(tmp_path, model_dir), tmp_path, "chown")
-    assert result.returncode == 1 and f"model_dir {model_dir} holds files the deploy did not put there (thesis.tex" in result.stderr
-    assert sorted(p.name for p in model_dir.iterdir()) == ["thesis.tex"] and calls == []  # nothing deleted, copied or re-owned
+    result, calls = on_the_head(copying(tmp_path, model_dir), tmp_path, tmp_path, "rsync", "chown")
+    assert result.returncode == 1 and f"model_dir {model_dir} is not a directory the deploy claimed" in result.stderr
+    assert sorted(p.name for p in model_dir.iterdir()) == ["thesis.tex"] and calls == []  # nothing read, copied or re-owned
+
+
+def test_copying_through_a_link_to_a_directory_is_refused(tmp_path):
+    target = claimed_dir(tmp_path / "elsewhere")
+    (tmp_path / "model").symlink_to(target)
+    result, calls = on_the_head(copying(tmp_path, tmp_path / "model"), tmp_path, tmp_path, "rsync", "chown")
+    assert result.returncode == 1 and "is not a directory the deploy claimed" in result.stderr and calls == []
+
+
+def test_copying_checks_the_source_as_the_deploy_user_then_copies_as_that_user(tmp_path):
+    model_dir = claimed_dir(tmp_path / "model")
+    result, calls = on_the_head(copying(tmp_path, model_dir), tmp_path, tmp_path, "rsync", "chown")
+    assert result.returncode == 0, result.stderr
+    source = tmp_path / "source"
+    assert calls == [["sudo", "-n", "-u", "spark", "test", "-f", f"{source}/config.json"],
+                     ["sudo", "-n", "-u", "spark", "rsync", "-a", "--delete", "--exclude", "/.dual-spark-*", "--info=progress2",
+                      "--no-inc-recursive", f"{source}/", f"{model_dir}/"],
+                     ["rsync", "-a", "--delete", "--exclude", "/.dual-spark-*", "--info=progress2", "--no-inc-recursive",
+                      f"{source}/", f"{model_dir}/"]]  # and no chown: the model directory is the user's already
+    assert result.stdout.splitlines()[-1].startswith(f"copying the model from {source}: done in ")
+
+
+def test_a_source_that_is_no_model_directory_is_refused_before_a_byte_moves(tmp_path):
+    model_dir = claimed_dir(tmp_path / "model")
+    result, calls = on_the_head(copying(tmp_path, model_dir, config=False), tmp_path, tmp_path, "rsync", "chown")
+    assert result.returncode == 1
+    assert f"model.path = {tmp_path / 'source'} is not a model directory spark may read (no config.json there" in result.stderr
+    assert [call[1:5] for call in calls] == [["-n", "-u", "spark", "test"]] and sorted(p.name for p in model_dir.iterdir()) == [
+        ".dual-spark-managed"]
 
 
 @pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed here (the deploy installs it on the nodes)")
-def test_copying_into_a_new_directory_claims_it_then_copies_and_owns(tmp_path):
-    model_dir = tmp_path / "model"
-    result, calls = run(copying(tmp_path, model_dir), tmp_path, "chown")
+def test_copying_into_the_claimed_directory_keeps_its_marker(tmp_path):
+    model_dir = claimed_dir(tmp_path / "model")
+    result, _ = on_the_head(copying(tmp_path, model_dir), tmp_path, tmp_path, "chown")
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in model_dir.iterdir()) == [".dual-spark-managed", "model.safetensors"]
-    assert calls == [["chown", "-R", "spark:", str(model_dir)]]
-    assert result.stdout.splitlines()[-1].startswith(f"copying the model from {tmp_path / 'source'}: done in ")
+    assert sorted(p.name for p in model_dir.iterdir()) == [".dual-spark-managed", "config.json", "model.safetensors"]
 
 
 # -- the chain's hops, driven from the head: three levels of shell and ssh --------------------
@@ -196,7 +307,7 @@ def test_a_model_hop_from_a_worker_runs_model_sync_there_as_the_deploy_user(tmp_
     where = paths(str(state), "/m")
     Path(where["manifest"]).write_text('{"digest": "the head\'s manifest"}')
     manifest = {"digest": "d" * 64, "files": 2, "bytes": 10, "source": HUB_MODEL}
-    done = {"exists": True, "free_bytes": 1 << 40, "manifest": None, "verified": "d" * 64, "changed": [], "token_mode": None,
+    done = {"exists": True, "free_bytes": 1 << 40, "manifest": None, "verified": "d" * 64, "changed": [], "token": None,
             "unreadable": []}
     result, calls = hop_from_worker1(
         tmp_path, "runtime.ModelState",

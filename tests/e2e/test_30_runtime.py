@@ -200,6 +200,7 @@ def test_a_wrong_revision_is_named(hub, tmp_path):
     token = on_node(HEAD, TOKEN_FILE)
     token.parent.mkdir(parents=True, exist_ok=True)
     token.write_text(TOKEN + "\n")
+    in_node(HEAD.dir, "chown", "-R", "spark:", "/home/spark/.cache")  # the deploy user's own file: the deploy takes no other
     result = pyinfra("-y", site=hub_site(tmp_path, hub, revision="0" * 40))
     assert result.returncode != 0
     assert f"lab/tiny-llama has no revision {'0' * 40}. Fix: set model.revision" in result.stdout, result.stdout
