@@ -35,8 +35,12 @@ class Lab:
         network.bridge_up()
         for node in self.nodes:
             nodes.create(node, factory, key, shared)
-        # The user's weights, already on the head's disk (the deploy copies them into place).
-        shutil.copytree(image.tiny_model(), HEAD.root / LAB_MODEL.lstrip("/"), ignore=shutil.ignore_patterns(".complete"))
+        # The user's weights, already on the head's disk (the deploy copies them into place, as the
+        # deploy user: readable by every user, as a model directory is; safetensors writes 0600).
+        model = HEAD.root / LAB_MODEL.lstrip("/")
+        shutil.copytree(image.tiny_model(), model, ignore=shutil.ignore_patterns(".complete"))
+        for path in [model, *model.rglob("*")]:
+            path.chmod(0o755 if path.is_dir() else 0o644)
         (network.cable if self.topology == "direct" else network.switch)(self.cable, self.nodes)
         for node in self.nodes:
             nodes.boot(node)
