@@ -48,6 +48,13 @@ def moved(output: str) -> int | None:
     return int(match.group(1)) if match else None
 
 
+def small_disk_for_the_deploy(node, size: str) -> None:
+    """A nearly full disk mounted as model_dir, marked the deploy's as its refusal of an unmarked
+    directory says (sudo touch DIR/.dual-spark-managed): a new mount is no directory the deploy made."""
+    faults.small_disk(node, MODEL_DIR, size)
+    in_node(node.dir, "touch", f"{MODEL_DIR}/.dual-spark-managed")
+
+
 def on_node(node, path: str) -> Path:
     return node.root / path.lstrip("/")
 
@@ -161,7 +168,7 @@ def test_a_rail_without_link_is_skipped_and_said(big_model):
 
 
 def test_a_full_disk_on_the_worker_stops_before_a_byte_moves(big_model):
-    faults.small_disk(WORKER, MODEL_DIR, "16m")
+    small_disk_for_the_deploy(WORKER, "16m")
     try:
         result = pyinfra("-y", site=big_model)
         assert result.returncode != 0
@@ -208,7 +215,7 @@ def test_a_wrong_revision_is_named(hub, tmp_path):
 
 
 def test_a_full_disk_on_the_head_stops_before_a_byte_moves(hub, tmp_path):
-    faults.small_disk(HEAD, MODEL_DIR, "100k")
+    small_disk_for_the_deploy(HEAD, "100k")
     try:
         result = pyinfra("-y", site=hub_site(tmp_path, hub))
         assert result.returncode != 0
