@@ -1,0 +1,169 @@
+"""Least privilege for every path the site names, on the serving lab pair. A site naming /etc as
+the model's source and /etc/profile.d as stack_dir is refused before any host is contacted; paths
+that pass the parse but not the node (stack_dir a link to /etc/profile.d, a model_dir that exists
+without the deploy's marker, a hub token that is a link to /etc/shadow) are refused on the head
+by the step that first touches them, before anything is installed or stopped: the pair still
+serves, and no owner, mode or byte under /etc, /root or the deploy user's ~/.cache changed on
+either node. Afterwards a normal converge changes nothing."""
+
+import hashlib
+import os
+import re
+import stat
+import time
+from pathlib import Path
+
+import pytest
+
+from lab.config import DEPLOY_USER, HEAD, LAB_MODEL, WORKER
+from lab.hub import Hub
+from lab.processes import in_node
+from lab.site import table, toml
+from layout import MANAGED_MARKER
+from tests.e2e.conftest import SITE, generates, pyinfra
+
+pytestmark = pytest.mark.end_to_end
+WATCHED = ("etc", "root", f"home/{DEPLOY_USER}/.cache")
+EVIL_LINK = "/var/lib/dual-spark-evil"  # a link to /etc/profile.d, as stack_dir
+UNMARKED = "/srv/dual-spark-unmarked"  # someone's directory, as model_dir
+TOKEN = f"/home/{DEPLOY_USER}/.cache/huggingface/token"  # a link to /etc/shadow, as the hub token
+
+
+def snapshot(node) -> dict[str, str]:
+    """Path -> mode, owner and SHA-256 (or a link's target) of everything under the watched trees."""
+    found = {}
+    for top in WATCHED:
+        base = node.root / top
+        for directory, dirs, files in os.walk(base):
+            for path in [Path(directory), *(Path(directory) / name for name in dirs + files)]:
+                info = path.lstat()
+                if stat.S_ISLNK(info.st_mode):
+                    content = os.readlink(path)
+                elif stat.S_ISREG(info.st_mode):
+                    content = hashlib.sha256(path.read_bytes()).hexdigest()
+                else:
+                    content = "-"
+                found[str(path.relative_to(node.root))] = f"{info.st_mode:o} {info.st_uid}:{info.st_gid} {content}"
+    return found
+
+
+def differences(before: dict[str, str], after: dict[str, str]) -> list[str]:
+    return [f"{path}: {before.get(path)} -> {after.get(path)}" for path in sorted(before.keys() | after.keys())
+            if before.get(path) != after.get(path)]
+
+
+def container(node) -> str:
+    """The vLLM container's ID and start time: another after a restart."""
+    return in_node(node.dir, "docker", "inspect", "-f", "{{.Id}} {{.State.StartedAt}}", "dual-spark-vllm",
+                   capture_output=True).stdout.strip()
+
+
+def site_with(directory: Path, model: dict | None = None, **settings) -> Path:
+    """The lab's site file with more [settings] and another [model]."""
+    text = SITE.read_text()
+    if model is not None:
+        text = re.sub(r"\[model\]\n(?:.+\n)*", "\n".join(table("model", model)) + "\n", text)
+    text = text.replace("[settings]\n", "[settings]\n" + "".join(f"{k} = {toml(v)}\n" for k, v in settings.items()), 1)
+    path = directory / "site.toml"
+    path.write_text(text)
+    return path
+
+
+def sh(node, script: str) -> None:
+    in_node(node.dir, "sh", "-ec", script)
+
+
+def the_deploys_own(node, path: str) -> bool:
+    """A directory this test's runs made on a node: it holds the marker and nothing else."""
+    local = node.root / path.lstrip("/")
+    return local.is_dir() and not local.is_symlink() and [p.name for p in local.iterdir()] == [MANAGED_MARKER]
+
+
+def test_paths_the_site_names_are_never_taken_as_root(converged, tmp_path):
+    started = time.monotonic()
+    profile_d = HEAD.root / "etc/profile.d"
+    assert profile_d.is_dir() and not (profile_d / MANAGED_MARKER).exists()
+    assert not (HEAD.root / EVIL_LINK.lstrip("/")).exists() and not (HEAD.root / UNMARKED.lstrip("/")).exists()
+    before = {node.name: snapshot(node) for node in (HEAD, WORKER)}
+    assert all({"etc/shadow", "etc/profile.d", "etc/dual-spark/compose.yaml", "root"} <= set(found) for found in before.values())
+    running = {node.name: container(node) for node in (HEAD, WORKER)}
+    token = HEAD.root / TOKEN.lstrip("/")
+    kept = token.with_name("token.kept-by-test-47")  # a token an earlier test left, put back at the end
+    made: list[str] = []  # how to remove what this test made on the head, in order
+    try:
+        # (a) Refused by the parse, before any host is contacted, naming both fields.
+        (tmp_path / "a").mkdir()
+        result = pyinfra("-y", task="tasks/profile.py",
+                         site=site_with(tmp_path / "a", stack_dir="/etc/profile.d",
+                                        model={"path": "/etc", "served_name": "tiny", "tokenizer_mode": "auto"}))
+        assert result.returncode != 0 and "no host was contacted" in result.stdout, result.stdout
+        assert "model.path = '/etc'" in result.stdout and "stack_dir = '/etc/profile.d'" in result.stdout, result.stdout
+        assert "Connecting to hosts" not in result.stdout and "Beginning operation run" not in result.stdout, result.stdout
+
+        # (b) Past the parse, refused on the head by the first step that touches them.
+        sh(HEAD, f"ln -s /etc/profile.d {EVIL_LINK}")
+        made.append(f"rm {EVIL_LINK}")
+        (tmp_path / "b1").mkdir()
+        result = pyinfra("-y", task="tasks/profile.py", site=site_with(tmp_path / "b1", stack_dir=EVIL_LINK))
+        assert result.returncode != 0, result.stdout
+        assert f"spark-head: {EVIL_LINK} is a symbolic link to /etc/profile.d: the deploy follows no link" in result.stdout, result.stdout
+        assert not (profile_d / MANAGED_MARKER).exists()
+
+        sh(HEAD, f"mkdir -m 700 {UNMARKED} && echo mine > {UNMARKED}/thesis.tex")
+        made.append(f"rm -r {UNMARKED}")
+        unmarked = HEAD.root / UNMARKED.lstrip("/")
+        theirs = (unmarked.stat().st_mode, unmarked.stat().st_uid, sorted(p.name for p in unmarked.iterdir()))
+        (tmp_path / "b2").mkdir()
+        result = pyinfra("-y", task="tasks/profile.py", site=site_with(tmp_path / "b2", model_dir=UNMARKED))
+        assert result.returncode != 0, result.stdout
+        assert (f"spark-head: {UNMARKED} exists and is not the deploy's (no {MANAGED_MARKER}): name another directory in "
+                f"site.toml (model_dir), or, if it is this deploy's, sudo touch {UNMARKED}/{MANAGED_MARKER}") in result.stdout, result.stdout
+        assert (unmarked.stat().st_mode, unmarked.stat().st_uid, sorted(p.name for p in unmarked.iterdir())) == theirs
+        assert (unmarked / "thesis.tex").read_text() == "mine\n"
+
+        for directory in (Path(TOKEN).parent.parent, Path(TOKEN).parent):  # ~/.cache, ~/.cache/huggingface
+            if not (HEAD.root / str(directory).lstrip("/")).exists():
+                sh(HEAD, f"mkdir {directory} && chown {DEPLOY_USER}: {directory}")
+                made.insert(0, f"rmdir {directory}")
+        if token.exists() or token.is_symlink():
+            token.rename(kept)
+        sh(HEAD, f"ln -s /etc/shadow {TOKEN} && chown -h {DEPLOY_USER}: {TOKEN}")
+        made.insert(0, f"rm {TOKEN}")
+        with Hub(HEAD.root / LAB_MODEL.lstrip("/"), repo="lab/tiny-llama") as hub:
+            (tmp_path / "b3").mkdir()
+            site = site_with(tmp_path / "b3", hf_endpoint=hub.endpoint,
+                             model={"repo": "lab/tiny-llama", "revision": hub.commit, "served_name": "tiny", "tokenizer_mode": "auto",
+                                    "tool_call_parser": "", "reasoning_parser": ""})
+            result = pyinfra("-y", task="tasks/profile.py", site=site)
+            assert result.returncode != 0, result.stdout
+            assert ("spark-head: hf_token_file = ~/.cache/huggingface/token is a symbolic link: the hub token must be a regular "
+                    f"file owned by {DEPLOY_USER}") in result.stdout, result.stdout
+            assert hub.requests == []  # nothing was asked of the hub, let alone with /etc/shadow as the token
+        shadow = (HEAD.root / "etc/shadow").read_text()
+        assert not any(line and line in result.stdout for line in shadow.splitlines())
+
+        # Nothing was stopped: the same containers, the pair serves.
+        assert {node.name: container(node) for node in (HEAD, WORKER)} == running
+        assert generates()
+    finally:
+        for command in made:  # the token before its directories
+            sh(HEAD, command)
+        if kept.exists() or kept.is_symlink():
+            kept.rename(token)
+        for path in (EVIL_LINK, UNMARKED):  # the worker made its own, marked, in the step that refused on the head
+            if the_deploys_own(WORKER, path):
+                sh(WORKER, f"rm -rf {path}")
+
+    # (c) No owner, mode or byte under /etc, /root or ~/.cache changed on either node.
+    for node in (HEAD, WORKER):
+        changed = differences(before[node.name], snapshot(node))
+        assert not changed, f"{node.name}: " + "\n".join(changed[:20])
+    for path in (EVIL_LINK, UNMARKED):
+        assert not (WORKER.root / path.lstrip("/")).exists(), f"the worker keeps {path}: not the deploy's alone"
+
+    # A normal converge afterwards changes nothing.
+    result = pyinfra("-y")
+    assert result.returncode == 0, result.stdout
+    assert re.search(r"Grand total\s+\d+\s+-\s+-\s+\d+", result.stdout), result.stdout
+    assert {node.name: container(node) for node in (HEAD, WORKER)} == running
+    print(f"test_47: {time.monotonic() - started:.0f} s after the converged fixture")
