@@ -448,6 +448,11 @@ class Relations:
             self.error(where["model_dir"], model, f"state_dir {state} would be inside the model's directory: use a directory of its own, e.g. {state}/model")
         elif inside(model, state) and model.split("/")[len(state.rstrip("/").split("/"))] in STATE_ENTRIES:
             self.error(where["model_dir"], model, f"{state}/{model.split('/')[len(state.rstrip('/').split('/'))]} is the deploy's own: use e.g. {state}/model")
+        for index, mount in enumerate(values["container_mounts"]):
+            for key in ("state_dir", "stack_dir"):
+                if inside(mount, values[key]) or inside(values[key], mount):
+                    self.error(f"{where['container_mounts']}[{index}]", mount,
+                               f"{key} is {values[key]}: the deploy's own files (the API key) are never mounted into a container")
         source = self.serving["model"].get("path")
         if source and (inside(model, source) or inside(source, model)):
             self.error("model.path", source, f"the weights are copied into model_dir {model}: keep the source outside it (and it outside the source)")

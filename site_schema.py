@@ -250,6 +250,31 @@ def command_or_path(value: str) -> str | None:
     return absolute_path(value) and "use a command name (python3) or an absolute path inside the image (/opt/env/bin/python)"
 
 
+# What a container may be given read-only: programs and data, never credentials or state. A
+# mount is one of these places or lies in one, or lies inside a home (below the home itself),
+# with no directory on its way where credentials live.
+MOUNT_PLACES = ("/usr", "/opt", "/srv", "/data", "/mnt", "/media", "/var/cache", "/var/opt")
+CREDENTIALS = (".ssh", ".gnupg", ".aws", ".docker", ".kube", ".netrc", ".password-store", ".config", ".cache/huggingface")
+
+
+def container_mount(value: str) -> str | None:
+    """A host path every runtime container gets read-only (a container runs the model's code)."""
+    problem = absolute_path(value)
+    if problem:
+        return problem
+    parts = value.strip("/").split("/")
+    home = 2 if parts[0] == "home" else 1 if parts[0] == "root" else 0  # the components naming the home
+    if home and len(parts) > home:
+        inside = "/".join(parts[home:])
+        if any(inside == name or inside.startswith(name + "/") for name in CREDENTIALS):
+            return "that directory holds credentials: mount programs or data only"
+        return None
+    if any(value == place or value.startswith(place + "/") for place in MOUNT_PLACES):
+        return None
+    return (f"mount programs or data: {', '.join(MOUNT_PLACES)}, what is in them, or a directory inside a home, "
+            "e.g. /opt/cuda-extras (a container runs the model's code)")
+
+
 MODEL_SOURCES = ("/home", "/srv", "/data", "/mnt", "/media", "/opt")
 
 
@@ -446,7 +471,7 @@ SETTINGS = {
     "container_ulimits": Key(dict, "write ulimits as a table, e.g. {memlock = -1}",
                              names=text(one_of(*ULIMITS)),
                              item=Key(int, "use a whole number", between(-1, 2**62, "use -1 (unlimited) or a limit of 0 or more"))),
-    "container_mounts": Key(list, "use a list of absolute host paths", item=text(lambda v: absolute_path(v) or (None if v != "/" else "mount a directory, not /"))),
+    "container_mounts": Key(list, "use a list of absolute host paths", item=text(container_mount)),
     "container_env": env_table("container_env"),
     "state_dir": text(owned_directory),
     "model_dir": text(owned_directory),

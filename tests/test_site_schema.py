@@ -319,6 +319,13 @@ GRAMMAR_MISTAKES = [
     (with_("settings.vllm_extra_args", ["--x=" + "a" * (1 << 20)]), "settings.vllm_extra_args[0]", "4096 characters"),
     (with_("settings.speculative_options", {"prompt_lookup_max": 2**62}), "settings.speculative_options.prompt_lookup_max", "2,147"),
     (with_("settings.speculative_options", {"x": float("inf")}), "settings.speculative_options.x", "finite"),
+    (with_("settings.container_mounts", ["/etc"]), "settings.container_mounts[0]", "programs or data"),
+    (with_("settings.container_mounts", ["/root"]), "settings.container_mounts[0]", "programs or data"),
+    (with_("settings.container_mounts", ["/home/spark/.ssh"]), "settings.container_mounts[0]", "credentials"),
+    (with_("settings.container_mounts", ["/root/.cache/huggingface/hub"]), "settings.container_mounts[0]", "credentials"),
+    (with_("settings.container_mounts", ["/proc/self/root"]), "settings.container_mounts[0]", "programs or data"),
+    (with_("settings.container_mounts", ["/opt/dual-spark"], with_("settings.state_dir", "/opt/dual-spark/state")),
+     "settings.container_mounts[0]", "API key"),
     (with_("node.0.rail", [{**GOOD["node"][0]["rail"][0], "netdev": f"n{i}", "rdma": f"r{i}"} for i in range(5)]), "node[0].rail", "1 to 4"),
 ]
 
@@ -379,4 +386,12 @@ def test_a_site_nested_deeper_than_any_key_is_refused_plainly(tmp_path):
 @pytest.mark.parametrize("path", ["/var/lib/dual-spark", "/var/lib/dual-spark-b/model", "/etc/dual-spark", "/opt/dual-spark.v2",
                                   "/data/models/deepseek", "/mnt/nvme/dual-spark", "/srv/models"])
 def test_the_path_rule_allows_the_deploys_own_places(path):
+    """The control case of the path rule's refusals above."""
     assert schema.owned_directory(path) is None and schema.own_top(path) is not None
+
+
+@pytest.mark.parametrize("mount", ["/usr", "/opt/cuda-extras", "/var/cache/sparklab/vllm-cpu", "/root/.pyenv/versions/3.11.7",
+                                   "/home/spark/venvs/x", "/data/shared"])
+def test_a_mount_of_programs_or_data_is_taken(tmp_path, mount):
+    """The control case: what a site (and the lab: a virtualenv and the Python it was made from) mounts."""
+    assert load(tmp_path, with_("settings.container_mounts", [mount])).settings["container_mounts"] == [mount]
