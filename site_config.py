@@ -125,8 +125,13 @@ def cli_data_overrides(argv: list[str]) -> dict:
             pair = arg.split("=", 1)[1]
         else:
             continue
-        key, _, value = pair.partition("=")
-        overrides[key] = parse_cli_arg(value)
+        key, equals, value = pair.partition("=")
+        if not equals:
+            raise SiteError(f"--data {pair}: no value. Fix: write --data key=value, e.g. --data profile=fast")
+        try:
+            overrides[key] = parse_cli_arg(value)
+        except RecursionError:
+            raise SiteError(f"--data {key}: nested more than {MAX_DEPTH} levels deep. Fix: no setting nests that far.") from None
     return overrides
 
 

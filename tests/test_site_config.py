@@ -69,6 +69,9 @@ BAD_CONFIGURATIONS = [
     ("unknown setting", "", "\n[settings]\ncolour = 3\n", [], "settings.colour"),
     ("rail counts differ", '\n[[node.rail]]\nnetdev = "enP2p1s0f0np0"\nrdma = "roceP2p1s0f0"\naddress = "10.0.1.2/24"\n', "\n", [], "spark-b rail"),
     ("bad GID index", 'address = "10.0.1.1/24"', 'address = "10.0.1.1/24"\ngid_index = 300', [], "node[0].rail[1].gid_index"),
+    ("octal SSH host", 'ssh_host = "127.0.0.2"', 'ssh_host = "127.0.0.002"', [], "node[1].ssh_host"),
+    ("stack_dir in /etc/profile.d", "", '\n[settings]\nstack_dir = "/etc/profile.d"\n', [], "settings.stack_dir"),
+    ("pyinfra's _ignore_errors", "", "", ["--data", "_ignore_errors=true"], "--data _ignore_errors"),
 ]
 
 
@@ -132,6 +135,19 @@ def test_bad_configuration_is_rejected_before_any_connection(tmp_path, listeners
     assert result.returncode != 0
     assert f"- {field} = " in result.stderr, result.stderr
     assert "no host was contacted" in result.stderr
+    assert listeners.connections() == 0
+
+
+def test_a_malformed_override_is_refused_before_any_connection(tmp_path, listeners):
+    """pyinfra's own reading of --data recursed until Python gave up, or found no '=': a traceback, before."""
+    site = tmp_path / "site.toml"
+    site.write_text(GOOD_SITE.format(port=listeners.port))
+    result = run_pyinfra(site, "--data", "vllm_extra_args=" + "[" * 3000 + "]" * 3000)
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert "--data vllm_extra_args: nested more than 8 levels deep" in result.stderr, result.stderr
+    result = run_pyinfra(site, "--data", "profile")
+    assert result.returncode != 0 and "Traceback" not in result.stderr, result.stderr
+    assert "--data profile: no value" in result.stderr, result.stderr
     assert listeners.connections() == 0
 
 
