@@ -297,10 +297,9 @@ def install(stack: Stack, reading: dict, stack_dir: str):
         yield FileUploadCommand(StringIO(text), staged, remote_temp_filename=host.get_temp_filename(staged))
     yield StringCommand("chmod", "755", f"{STAGING}/launch.sh", "&&", "docker", "compose", "-f", f"{STAGING}/compose.yaml",
                         "config", "-q")
-    yield claimed(stack_dir, "stack_dir")
     for name in FILES:
         target = QuoteString(f"{stack_dir}/{name}")
-        yield StringCommand("{", "test", "!", "-f", target, "||", "cp", "-p", target,
+        yield StringCommand(claimed(stack_dir, "stack_dir"), "&&", "{", "test", "!", "-f", target, "||", "cp", "-p", target,
                             StringCommand(target, '.previous', _separator=""), ";", "}", "&&",
                             "install", "-m", "755" if name == "launch.sh" else "644", f"{STAGING}/{name}", target)
     yield StringCommand("rm", "-rf", STAGING)
