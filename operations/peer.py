@@ -54,11 +54,6 @@ def read_all(fact, others: list[Host | None], **kwargs) -> tuple:
     return mine, *(greenlet.get() if greenlet is not None else None for greenlet in theirs)
 
 
-def read_both(fact, peer: Host | None, **kwargs) -> tuple:
-    """A fact of this node and of one other (None without it), read at the same time."""
-    return read_all(fact, [peer], **kwargs)
-
-
 def acts_here(role: str) -> bool:
     """Whether this step acts on this node. Every step is called on every node from one place, so
     pyinfra keeps the steps of all in one order; on a node of the other role it does nothing."""

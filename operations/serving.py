@@ -30,6 +30,7 @@ from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from operations.render import render, show_diff
 from operations.runtime import smoke_marker
+from operations.status import cluster_status
 
 STAGING = f"{RUN_DIR}/stack-check"
 FILES = ("compose.yaml", "launch.sh")
@@ -104,10 +105,6 @@ def stack_settings(cluster: Cluster, hostname: str) -> dict:
         "deploy_user": cluster.deploy_user, "manifest": where["manifest"],
         "smoke_marker": smoke_marker(settings["state_dir"], cluster.image["tag"]),
     }
-
-
-def api_key_file(state_dir: str) -> str:
-    return paths(state_dir, "")["api_key"]
 
 
 def state_arguments(settings: dict) -> dict:
@@ -309,8 +306,6 @@ def first_token(state, host, probe: StringCommand, what: str, node_names: list[s
     """Run the health probe until the head generates a token. When none comes, the step fails
     saying why: the status table of every node (tasks/status.py's: the failing side's rows show
     the last lines of its container's log), then which rows fail."""
-    from operations.status import cluster_status  # it reads the stacks this module makes: imported where it is needed
-
     ok, output = host.run_shell_command(probe, _sudo=True)
     reading = api_reading(output.stdout_lines)
     if ok:

@@ -15,9 +15,9 @@ from checks import FAIL, Check
 from checks.node import USERNS_KEY, earlier_step_failed, node_checks, unreachable
 from checks.table import failure_summary, render
 from facts.verify import Readiness, ping_targets, ssh_targets
+from layout import paths
 from operations.peer import failed_step, reachable
-from operations.runtime import paths, smoke_marker
-from operations.serving import api_key_file
+from operations.runtime import smoke_marker
 
 
 def answers(node) -> bool:
@@ -38,7 +38,7 @@ def read_node(node) -> dict | None:
     tag = cluster.image["tag"]
     runtime = {"tag": tag, "marker": smoke_marker(data.state_dir, tag), "script": where["model_sync"],
                "model_dir": data.model_dir, "manifest": where["manifest"], "state": where["verified"]}
-    serving = {"stack_dir": data.stack_dir, "key_file": api_key_file(data.state_dir)}
+    serving = {"stack_dir": data.stack_dir, "key_file": where["api_key"]}
     if data.role == "head":
         serving |= {"health": where["health"], "api_host": data.api_host, "api_port": data.api_port}
     return node.get_fact(
