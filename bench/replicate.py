@@ -28,7 +28,7 @@ import click
 from bench import cli
 from bench.remote import head_of, run
 from cluster import Cluster, Node
-from layout import paths
+from layout import SSH_OPTIONS, paths
 
 SCHEMA_VERSION = 2  # 2: "chain" with three nodes or more
 SCRATCH = "/var/tmp/dual-spark-replicate"
@@ -53,7 +53,7 @@ def last_json(output: str) -> dict:
 def on(user: str, node: Node) -> str:
     """The prefix that runs a command on ``node`` from the head: nothing on the head, ssh over
     its first rail to a worker."""
-    return "" if node.rank == 0 else f"ssh -o BatchMode=yes {user}@{node.rails[0].address.ip} "
+    return "" if node.rank == 0 else f"ssh {' '.join(SSH_OPTIONS)} {user}@{node.rails[0].address.ip} "
 
 
 def link_bytes(proc_net_dev: str, netdevs: list[str]) -> dict[str, int]:
@@ -113,7 +113,7 @@ def main(cluster: Cluster, gib: float, shard_mib: int, streams: int | None, acce
     src, manifest = f"{SCRATCH}/src", f"{SCRATCH}/manifest.json"
     chain = cluster.size > 2
     worker_ssh = f"{user}@{worker.rails[0].address.ip}"
-    on_worker = f"ssh -o BatchMode=yes {worker_ssh}"
+    on_worker = f"ssh {' '.join(SSH_OPTIONS)} {worker_ssh}"
     pair_send = send(script, user, head, worker, src, manifest, streams)
     started = datetime.now(UTC)
     with head_of(cluster, accept_new_host_key) as client:
