@@ -13,7 +13,7 @@ import click
 import requests
 
 from bench import cli
-from bench.serving import through_site
+from bench.endpoint import through_site
 from cluster import Cluster
 
 

@@ -15,8 +15,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import click
 
 from bench import cli
+from bench.endpoint import Endpoint
 from bench.prompts import rough_prompt
-from bench.serving import Endpoint, run_groups
+from bench.serving import run_groups
 
 
 class InstantStream(BaseHTTPRequestHandler):

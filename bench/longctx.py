@@ -19,8 +19,9 @@ import click
 import requests
 
 from bench import cli
+from bench.endpoint import Endpoint, read_api_key, room_for
 from bench.prompts import CHARS_PER_TOKEN, Log, PromptError, fit, label, log_text
-from bench.serving import Endpoint, git_revision, read_api_key, room_for
+from bench.serving import git_revision
 
 SCHEMA_VERSION = 1
 STATIONS = ["Amber", "Birch", "Cobalt", "Dune", "Ember", "Fjord", "Garnet"]

@@ -30,8 +30,9 @@ from pathlib import Path
 import click
 
 from bench import cli, speculation
+from bench.endpoint import Endpoint, fit_prompts, served_model, through_site
 from bench.prompts import PUBLISHED_SIZES
-from bench.serving import REPO, Endpoint, fit_prompts, git_revision, run_benchmark, served_model, through_site, warm_up
+from bench.serving import REPO, git_revision, run_benchmark, warm_up
 from cluster import Cluster
 from site_config import SITE_ENV, SiteError, load_site
 

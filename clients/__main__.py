@@ -20,7 +20,7 @@ import click
 import requests
 
 from bench import cli
-from bench.serving import through_site
+from bench.endpoint import through_site
 from clients import KEY_ENV, Served, claude_settings, codex_catalog, codex_config, compact_limit, tunnel_command
 from cluster import Cluster
 

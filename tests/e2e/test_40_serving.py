@@ -46,7 +46,7 @@ def serving(converged):
 @pytest.fixture(scope="module")
 def api(serving):
     """The API through an SSH tunnel to the head, as a client reaches it: URL and key."""
-    from bench.serving import through_site
+    from bench.endpoint import through_site
 
     with ExitStack() as stack:
         url, key, _ = through_site(stack, load_site(SITE), accept_new=False)

@@ -9,8 +9,9 @@ from xml.etree import ElementTree
 
 import pytest
 
+from bench.endpoint import Endpoint, fit_prompts
 from bench.prompts import TOLERANCE
-from bench.serving import Endpoint, fit_prompts, run_benchmark, warm_up
+from bench.serving import run_benchmark, warm_up
 from tests.serving.conftest import API_KEY
 
 pytestmark = pytest.mark.end_to_end
