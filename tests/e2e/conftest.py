@@ -3,6 +3,7 @@ state once for the whole session, and the pyinfra CLI run as a user runs it agai
 test modules are numbered in the order they build on each other's state."""
 
 import os
+import re
 import shlex
 import socket
 import subprocess
@@ -15,6 +16,7 @@ import pytest
 from lab.config import LAB_DIR
 from lab.core import Lab
 from lab.lock import LabLock
+from lab.site import table, toml
 from tests.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -31,6 +33,17 @@ def pyinfra(*args: str, task: str = "deploy.py", site: Path = SITE, timeout: int
         [str(PYINFRA), *args, "inventory.py", task], cwd=REPO, env={**LAB_ENV, "DUAL_SPARK_SITE": str(site)},
         stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, timeout=timeout,
     )
+
+
+def site_variant(directory: Path, model: dict | None = None, **settings) -> Path:
+    """The lab's site file with another [model] and more [settings], written in ``directory``."""
+    text = SITE.read_text()
+    if model is not None:
+        text = re.sub(r"\[model\]\n(?:.+\n)*", "\n".join(table("model", model)) + "\n", text)
+    text = text.replace("[settings]\n", "[settings]\n" + "".join(f"{k} = {toml(v)}\n" for k, v in settings.items()), 1)
+    path = directory / "site.toml"
+    path.write_text(text)
+    return path
 
 
 @pytest.fixture(scope="session")

@@ -18,24 +18,12 @@ from lab import faults
 from lab.config import HEAD, LAB_DIR, LAB_MODEL, WORKER
 from lab.hub import Hub
 from lab.processes import in_node
-from lab.site import table, toml
-from tests.e2e.conftest import LAB_ENV, PYINFRA, REPO, SITE, pyinfra, serving_after
+from tests.e2e.conftest import LAB_ENV, PYINFRA, REPO, SITE, pyinfra, serving_after, site_variant
 
 pytestmark = pytest.mark.end_to_end
 MODEL_DIR = "/var/lib/dual-spark/model"
 BIG = "/srv/lab-models/big"
 TOKEN = "hf_lab_token_4d9e61c0"
-
-
-def site_variant(directory: Path, model: dict | None = None, **settings) -> Path:
-    """The lab's site file with another [model] and more [settings]."""
-    text = SITE.read_text()
-    if model is not None:
-        text = re.sub(r"\[model\]\n(?:.+\n)*", "\n".join(table("model", model)) + "\n", text)
-    text = text.replace("[settings]\n", "[settings]\n" + "".join(f"{k} = {toml(v)}\n" for k, v in settings.items()), 1)
-    path = directory / "site.toml"
-    path.write_text(text)
-    return path
 
 
 def docker(node, *args) -> str:

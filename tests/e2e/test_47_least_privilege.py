@@ -18,9 +18,8 @@ import pytest
 from lab.config import DEPLOY_USER, HEAD, LAB_MODEL, WORKER
 from lab.hub import Hub
 from lab.processes import in_node
-from lab.site import table, toml
 from layout import MANAGED_MARKER
-from tests.e2e.conftest import SITE, generates, pyinfra
+from tests.e2e.conftest import generates, pyinfra, site_variant
 
 pytestmark = pytest.mark.end_to_end
 WATCHED = ("etc", "root", f"home/{DEPLOY_USER}/.cache")
@@ -58,17 +57,6 @@ def container(node) -> str:
                    capture_output=True).stdout.strip()
 
 
-def site_with(directory: Path, model: dict | None = None, **settings) -> Path:
-    """The lab's site file with more [settings] and another [model]."""
-    text = SITE.read_text()
-    if model is not None:
-        text = re.sub(r"\[model\]\n(?:.+\n)*", "\n".join(table("model", model)) + "\n", text)
-    text = text.replace("[settings]\n", "[settings]\n" + "".join(f"{k} = {toml(v)}\n" for k, v in settings.items()), 1)
-    path = directory / "site.toml"
-    path.write_text(text)
-    return path
-
-
 def sh(node, script: str) -> None:
     in_node(node.dir, "sh", "-ec", script)
 
@@ -94,7 +82,7 @@ def test_paths_the_site_names_are_never_taken_as_root(converged, tmp_path):
         # (a) Refused by the parse, before any host is contacted, naming both fields.
         (tmp_path / "a").mkdir()
         result = pyinfra("-y", task="tasks/profile.py",
-                         site=site_with(tmp_path / "a", stack_dir="/etc/profile.d",
+                         site=site_variant(tmp_path / "a", stack_dir="/etc/profile.d",
                                         model={"path": "/etc", "served_name": "tiny", "tokenizer_mode": "auto"}))
         assert result.returncode != 0 and "no host was contacted" in result.stdout, result.stdout
         assert "model.path = '/etc'" in result.stdout and "stack_dir = '/etc/profile.d'" in result.stdout, result.stdout
@@ -104,7 +92,7 @@ def test_paths_the_site_names_are_never_taken_as_root(converged, tmp_path):
         sh(HEAD, f"ln -s /etc/profile.d {EVIL_LINK}")
         made.append(f"rm {EVIL_LINK}")
         (tmp_path / "b1").mkdir()
-        result = pyinfra("-y", task="tasks/profile.py", site=site_with(tmp_path / "b1", stack_dir=EVIL_LINK))
+        result = pyinfra("-y", task="tasks/profile.py", site=site_variant(tmp_path / "b1", stack_dir=EVIL_LINK))
         assert result.returncode != 0, result.stdout
         assert f"spark-head: {EVIL_LINK} is a symbolic link to /etc/profile.d: the deploy follows no link" in result.stdout, result.stdout
         assert not (profile_d / MANAGED_MARKER).exists()
@@ -114,7 +102,7 @@ def test_paths_the_site_names_are_never_taken_as_root(converged, tmp_path):
         unmarked = HEAD.root / UNMARKED.lstrip("/")
         theirs = (unmarked.stat().st_mode, unmarked.stat().st_uid, sorted(p.name for p in unmarked.iterdir()))
         (tmp_path / "b2").mkdir()
-        result = pyinfra("-y", task="tasks/profile.py", site=site_with(tmp_path / "b2", model_dir=UNMARKED))
+        result = pyinfra("-y", task="tasks/profile.py", site=site_variant(tmp_path / "b2", model_dir=UNMARKED))
         assert result.returncode != 0, result.stdout
         assert (f"spark-head: {UNMARKED} exists and is not the deploy's (no {MANAGED_MARKER}): name another directory in "
                 f"site.toml (model_dir), or, if it is this deploy's, sudo touch {UNMARKED}/{MANAGED_MARKER}") in result.stdout, result.stdout
@@ -131,7 +119,7 @@ def test_paths_the_site_names_are_never_taken_as_root(converged, tmp_path):
         made.insert(0, f"rm {TOKEN}")
         with Hub(HEAD.root / LAB_MODEL.lstrip("/"), repo="lab/tiny-llama") as hub:
             (tmp_path / "b3").mkdir()
-            site = site_with(tmp_path / "b3", hf_endpoint=hub.endpoint,
+            site = site_variant(tmp_path / "b3", hf_endpoint=hub.endpoint,
                              model={"repo": "lab/tiny-llama", "revision": hub.commit, "served_name": "tiny", "tokenizer_mode": "auto",
                                     "tool_call_parser": "", "reasoning_parser": ""})
             result = pyinfra("-y", task="tasks/profile.py", site=site)
