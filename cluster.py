@@ -1,12 +1,12 @@
-"""The cluster as one typed object, built once from the validated site file (site_config.py) and
-handed to tasks, operations, clients and bench: the nodes in rank order with their rails, the
-topology, the effective settings and what is served, with the active profile and its image
-resolved. Nothing here reads a file or a host."""
+"""The site as typed values, parsed once from the validated site file (site_config.py) and handed
+to tasks, operations, checks, clients and bench: the cluster's nodes in rank order with their
+rails, the effective settings, the model, the images and the profiles, with the active profile
+and its image resolved. Nothing here reads a file or a host."""
 
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 
 
@@ -48,9 +48,108 @@ class Node:
 
 
 @dataclass(frozen=True)
+class Settings:
+    """The effective settings: group_data/all.py's defaults < the site's [settings] < --data,
+    each key declared (type, bounds, fix) in site_schema.SETTINGS and checked before it is here."""
+
+    topology: str  # "direct" (two Sparks, one cable) or "switch" (2 to 64)
+    profile: str  # the profile served
+    api_host: str
+    api_port: int
+    api_public: bool
+    master_port: int
+    watchdog_port: int
+    block_size: int
+    speculative_method: str
+    speculative_options: dict
+    generation_config: dict
+    vllm_extra_args: list[str]
+    serving_ready_timeout: int
+    serving_env: dict[str, str]
+    container_gpus: str
+    container_devices: list[str]
+    container_ulimits: dict[str, int]
+    container_mounts: list[str]
+    container_env: dict[str, str]
+    state_dir: str
+    model_dir: str
+    stack_dir: str
+    hf_endpoint: str
+    hf_token_file: str
+    verify_model: str
+    replication_streams: int
+    fabric_mtu: int
+    netplan_path: str
+    expected_link_speed_mbps: int
+    host_packages: list[str]
+    memlock_limits_path: str
+    memlock_systemd_path: str
+    userns_sysctl_path: str
+    reboot_worker: bool
+    show_program_diffs: bool
+    memory_floor_gib: float
+
+
+@dataclass(frozen=True)
+class Model:
+    """The weights every profile serves: a hub repository at a pinned revision, or a directory on
+    the head (``path``); and how vLLM reads and names them."""
+
+    served_name: str
+    tokenizer_mode: str
+    repo: str | None = None
+    revision: str | None = None
+    path: str | None = None
+    tool_call_parser: str = ""  # "": none
+    reasoning_parser: str = ""
+
+    @property
+    def source(self) -> dict:
+        """Where the weights come from, as the manifest records it: a hub revision or a path."""
+        return {"path": self.path} if self.path else {"repo": self.repo, "revision": self.revision}
+
+
+@dataclass(frozen=True)
+class Image:
+    """A runtime image: pulled by digest (``ref``) or built from a directory here (``build``),
+    known on every node by ``tag``."""
+
+    tag: str
+    kv_cache_dtypes: list[str]
+    python: str
+    vllm: str
+    env: dict[str, str]
+    ref: str | None = None
+    build: str | None = None
+
+
+@dataclass(frozen=True)
+class Profile:
+    """A serving profile (group_data/serving.toml's, or the site's [profile.NAME])."""
+
+    image: str
+    kv_cache_dtype: str
+    max_model_len: int
+    max_num_seqs: int
+    max_num_batched_tokens: int
+    gpu_memory_utilization: float
+    speculative_tokens: int
+    thinking: bool
+    prefix_caching: bool
+    flashinfer_autotune: bool
+    privileged: bool
+    agent_compact_tokens: int
+    env: dict[str, str]
+    speculative_schedule: list[list[int]] | None = None  # [batch_start, batch_end, k], from 1 to max_num_seqs
+    adaptive_verification: bool | None = None
+    tensor_parallel: int | None = None  # None: every node
+    pipeline_parallel: int | None = None  # None: 1
+
+
+@dataclass(frozen=True)
 class Cluster:
-    """``nodes`` in rank order (the head first); ``settings`` the effective ones (group_data/all.py
-    < the site's [settings] < --data); ``serving`` the model, images and profiles."""
+    """``nodes`` in rank order (the head first); the effective ``settings``; what is served: the
+    ``model``, the ``images`` and the ``profiles`` by name."""
 
     path: Path
     deploy_user: str
@@ -58,9 +157,10 @@ class Cluster:
     ssh_port: int
     known_hosts: str | None
     nodes: tuple[Node, ...]
-    settings: dict = field(default_factory=dict)
-    serving: dict = field(default_factory=dict)
-    site_settings: dict = field(default_factory=dict)
+    settings: Settings
+    model: Model
+    images: dict[str, Image]
+    profiles: dict[str, Profile]
 
     @property
     def head(self) -> Node:
@@ -76,7 +176,7 @@ class Cluster:
 
     @property
     def topology(self) -> str:
-        return self.settings["topology"]
+        return self.settings.topology
 
     def node(self, hostname: str) -> Node:
         return next(node for node in self.nodes if node.hostname == hostname)
@@ -111,35 +211,31 @@ class Cluster:
 
     @property
     def profile_name(self) -> str:
-        return self.settings["profile"]
+        return self.settings.profile
 
     @property
-    def profile(self) -> dict:
-        return self.serving["profiles"][self.profile_name]
+    def profile(self) -> Profile:
+        return self.profiles[self.profile_name]
 
     @property
     def image_name(self) -> str:
-        return self.profile["image"]
+        return self.profile.image
 
     @property
-    def image(self) -> dict:
-        return self.serving["images"][self.image_name]
-
-    @property
-    def model(self) -> dict:
-        return self.serving["model"]
+    def image(self) -> Image:
+        return self.images[self.image_name]
 
     @property
     def pipeline_parallel(self) -> int:
-        return parallel(self.profile, self.size)[1]
+        return parallel(self.profile.tensor_parallel, self.profile.pipeline_parallel, self.size)[1]
 
     @property
     def tensor_parallel(self) -> int:
-        return parallel(self.profile, self.size)[0]
+        return parallel(self.profile.tensor_parallel, self.profile.pipeline_parallel, self.size)[0]
 
 
-def parallel(profile: dict, nodes: int) -> tuple[int, int]:
-    """(tensor parallel, pipeline parallel) of a profile on ``nodes`` nodes: every node in tensor
-    parallel and no pipeline unless the profile says otherwise."""
-    pipeline = profile.get("pipeline_parallel", 1)
-    return profile.get("tensor_parallel", max(nodes // pipeline, 1)), pipeline
+def parallel(tensor: int | None, pipeline: int | None, nodes: int) -> tuple[int, int]:
+    """(tensor parallel, pipeline parallel) on ``nodes`` nodes of a profile's (None where it sets
+    none): every node in tensor parallel and no pipeline unless the profile says otherwise."""
+    pipeline = pipeline or 1
+    return tensor or max(nodes // pipeline, 1), pipeline

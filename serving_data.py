@@ -16,11 +16,6 @@ REPO = Path(__file__).resolve().parent
 DEFAULTS = REPO / "group_data" / "serving.toml"
 
 
-def model_source(model: dict) -> dict:
-    """Where the weights come from, as recorded in the manifest: a hub revision or a path."""
-    return {"path": model["path"]} if "path" in model else {"repo": model["repo"], "revision": model["revision"]}
-
-
 def defaults() -> dict:
     return tomllib.loads(DEFAULTS.read_text())
 

@@ -15,7 +15,7 @@ from pathlib import Path
 import layout
 import serving_data
 import site_schema as schema
-from cluster import Cluster, Node, Rail, parallel
+from cluster import Cluster, Image, Model, Node, Profile, Rail, Settings, parallel
 
 REPO = Path(__file__).resolve().parent
 SITE_ENV = "DUAL_SPARK_SITE"
@@ -58,19 +58,14 @@ class SiteError(Exception):
 
 def inventory_groups(cluster: Cluster) -> dict[str, list[tuple[str, dict]]]:
     """pyinfra groups: {"head": [(name, data)], "worker": [(name, data), ...]} in rank order; each
-    node's data is the site's settings and what is served, flat as group_data gives them, its own
-    place in the cluster (rank, role, rails, connection) and the cluster itself."""
+    node's data is the typed cluster, the node's place in it (rank, role) and pyinfra's
+    connection: the one route from the site to the code."""
     groups: dict[str, list] = {"head": [], "worker": []}
     for node in cluster.nodes:
         data = {
-            **cluster.site_settings,
-            **cluster.serving,
             "cluster": cluster,
             "rank": node.rank,
             "role": node.role,
-            "expected_hostname": node.hostname,
-            "deploy_user": cluster.deploy_user,
-            "rails": node.rail_data,
             "ssh_hostname": node.ssh_host,
             "ssh_user": cluster.deploy_user,
             "ssh_port": cluster.ssh_port,
@@ -102,8 +97,8 @@ def unknown(key: str, known, where: str, elsewhere: bool = True) -> str:
 
 
 def default_settings() -> dict:
-    """The defaults of `group_data/all.py`, without pyinfra's own arguments."""
-    values = runpy.run_path(str(REPO / "group_data" / "all.py"))
+    """The defaults of `group_data/settings.py`."""
+    values = runpy.run_path(str(REPO / "group_data" / "settings.py"))
     return {k: v for k, v in values.items() if not k.startswith("_")}
 
 
@@ -208,7 +203,7 @@ class _Validator:
         ssh = self.check.table("ssh", tables["ssh"], schema.SSH, "[ssh]")
         nodes = self._nodes(tables["node"])
         serving = serving_data.merge(tables, self.check, self.error)
-        settings, effective, where = self._settings(tables["settings"], serving, ssh.get("port", 22))
+        effective, where = self._settings(tables["settings"], serving, ssh.get("port", 22))
         if nodes:
             self._topology(nodes, effective, where["topology"])
             self._fabric(nodes)
@@ -217,7 +212,9 @@ class _Validator:
             listing = "\n".join(f"  - {line}" for line in self.errors)
             raise SiteError(f"{self.path}: {len(self.errors)} problem(s), no host was contacted:\n{listing}")
         return Cluster(self.path, ssh["user"], ssh.get("key"), ssh.get("port", 22), ssh.get("known_hosts"), tuple(nodes),
-                       effective, serving, settings)
+                       Settings(**effective), Model(**serving["model"]),
+                       {name: Image(**spec) for name, spec in serving["images"].items()},
+                       {name: Profile(**spec) for name, spec in serving["profiles"].items()})
 
     def _shapes(self) -> dict:
         """Each top-level table in the shape TOML gives it, or an error naming the right syntax;
@@ -370,15 +367,15 @@ class _Validator:
     def _parallel(self, size: int, profiles: dict) -> None:
         """Every profile splits the model over exactly the cluster's nodes."""
         for name, profile in sorted(profiles.items()):
-            tensor, pipeline = parallel(profile, size)
+            tensor, pipeline = parallel(profile.get("tensor_parallel"), profile.get("pipeline_parallel"), size)
             if tensor * pipeline != size:
                 key = "tensor_parallel" if "tensor_parallel" in profile else "pipeline_parallel"
                 self.error(f"profile.{name}.{key}", profile[key],
                            f"tensor_parallel x pipeline_parallel must be the number of nodes, {size} (now {tensor} x {pipeline})")
 
-    def _settings(self, site_settings: dict, serving: dict, ssh_port: int) -> tuple[dict, dict, dict]:
-        """The site's valid [settings], the effective ones (defaults < site < --data) checked
-        together, and where each effective one was set."""
+    def _settings(self, site_settings: dict, serving: dict, ssh_port: int) -> tuple[dict, dict]:
+        """The effective settings (defaults < the site's valid [settings] < --data) checked
+        together, and where each was set."""
         defaults = default_settings()
         settings = self.check.table("settings", site_settings, schema.SETTINGS, "[settings]", required=False)
         overrides = {}
@@ -400,7 +397,7 @@ class _Validator:
         effective = {**defaults, **settings, **overrides}
         where = {key: ("--data " if key in overrides else "settings.") + key for key in effective}
         Relations(effective, where, serving, ssh_port, self.error, self.failed).check()
-        return settings, effective, where
+        return effective, where
 
 
 class Relations:

@@ -90,11 +90,11 @@ def through_site(stack: ExitStack, cluster: Cluster, accept_new: bool) -> tuple[
     """The API of a site's head through an SSH tunnel: the local URL, the key (read on the head,
     never printed) and what it serves (profile, image ID, model revision, read on the head)."""
     settings = cluster.settings
-    where = paths(settings["state_dir"], settings["model_dir"])
+    where = paths(settings.state_dir, settings.model_dir)
     client = stack.enter_context(head_of(cluster, accept_new))
-    port = stack.enter_context(forward(client, settings["api_host"], settings["api_port"]))
+    port = stack.enter_context(forward(client, settings.api_host, settings.api_port))
     key = read_secret(client, where["api_key"])
     identity = serving_identity(client, where["manifest"])
-    click.echo(f"--> {cluster.head.hostname}'s API at {settings['api_host']}:{settings['api_port']}, "
+    click.echo(f"--> {cluster.head.hostname}'s API at {settings.api_host}:{settings.api_port}, "
                f"tunnelled to 127.0.0.1:{port}; profile {identity['profile']}")
     return f"http://127.0.0.1:{port}", key, identity

@@ -141,7 +141,7 @@ def pair_of(cluster: Cluster, names: str | None) -> tuple[Node, Node]:
 @click.option("--out", "out_dir", default="bench/results", show_default=True, type=cli.OutputDir())
 def main(cluster: Cluster, nodes: tuple[Node, Node], seconds: int, mtu: int | None, nccl_command: str, out_dir: Path) -> None:
     """Measure the QSFP fabric between two nodes, the head and rank 1 by default."""
-    mtu = mtu or cluster.settings["fabric_mtu"]
+    mtu = mtu or cluster.settings.fabric_mtu
     started = datetime.now(UTC)
     out = out_dir / f"fabric-{started.strftime('%Y%m%dT%H%M%SZ')}"
     out.mkdir(parents=True, exist_ok=True)

@@ -106,9 +106,9 @@ def main(cluster: Cluster, gib: float, shard_mib: int, streams: int | None, acce
     """Measure rsync over SSH against this project's replication, on the same bytes; with three
     nodes or more, the chain through every worker too."""
     settings = cluster.settings
-    streams = streams or settings["replication_streams"]
+    streams = streams or settings.replication_streams
     user, head, worker = cluster.deploy_user, cluster.head, cluster.workers[0]
-    script = paths(settings["state_dir"], settings["model_dir"])["model_sync"]
+    script = paths(settings.state_dir, settings.model_dir)["model_sync"]
     shards = max(1, round(gib * 1024 / shard_mib))
     src, manifest = f"{SCRATCH}/src", f"{SCRATCH}/manifest.json"
     chain = cluster.size > 2

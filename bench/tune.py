@@ -33,25 +33,25 @@ from bench import cli, speculation
 from bench.endpoint import Endpoint, fit_prompts, served_model, through_site
 from bench.prompts import PUBLISHED_SIZES
 from bench.serving import REPO, git_revision, run_benchmark, warm_up
-from cluster import Cluster
+from cluster import Cluster, Profile
 from site_config import SITE_ENV, SiteError, load_site
 
 SCHEMA_VERSION = 1
 
 
-def tunable(cluster: Cluster, name: str) -> dict:
+def tunable(cluster: Cluster, name: str) -> Profile:
     """The running profile, refused when there is nothing to tune or no fixed draft length to measure."""
-    profile = cluster.serving["profiles"].get(name)
+    profile = cluster.profiles.get(name)
     if profile is None:
         raise click.ClickException(f"the head serves profile {name!r}, which {cluster.path} does not define. "
                                    "Fix: tune with the site file the nodes were deployed from")
-    if not profile["speculative_tokens"]:
+    if not profile.speculative_tokens:
         raise click.ClickException(f"profile {name} drafts no tokens (speculative_tokens = 0): nothing to tune. "
                                    "Fix: switch to a profile that speculates (adaptive)")
-    if "speculative_schedule" in profile:
+    if profile.speculative_schedule is not None:
         raise click.ClickException(f"profile {name} already has a speculative_schedule: the tuner measures a fixed draft length. "
                                    f"Fix: switch to the profile it starts from (tasks/profile.py), then tune")
-    if profile["max_num_seqs"] < 2:
+    if profile.max_num_seqs < 2:
         raise click.ClickException(f"profile {name} serves one sequence (max_num_seqs = 1): a schedule per batch size has one range. "
                                    "Fix: tune a profile that batches (adaptive), or set speculative_tokens")
     return profile
@@ -68,13 +68,13 @@ def fitting(cluster: Cluster | None, schedule: list[list[int]] | None) -> list[l
     the running profile's own fit is checked once the head says which it is."""
     if schedule is None or cluster is None:
         return schedule
-    profiles = {name: profile for name, profile in cluster.serving["profiles"].items()
-                if profile["speculative_tokens"] and "speculative_schedule" not in profile and profile["max_num_seqs"] >= 2}
+    profiles = {name: profile for name, profile in cluster.profiles.items()
+                if profile.speculative_tokens and profile.speculative_schedule is None and profile.max_num_seqs >= 2}
     (start, end, _), most = schedule[-1], max(k for _, _, k in schedule)
-    if not any(most <= profile["speculative_tokens"] and start <= profile["max_num_seqs"] <= end for profile in profiles.values()):
+    if not any(most <= profile.speculative_tokens and start <= profile.max_num_seqs <= end for profile in profiles.values()):
         raise click.BadParameter(
             f"{json.dumps(schedule)} fits no profile of {cluster.path} the tuner can measure ("
-            + (", ".join(f"{name}: k at most {profile['speculative_tokens']}, last range covering {profile['max_num_seqs']}"
+            + (", ".join(f"{name}: k at most {profile.speculative_tokens}, last range covering {profile.max_num_seqs}"
                          for name, profile in profiles.items()) or "none speculates with a fixed draft length and batches")
             + "). Fix: draft at most the profile's speculative_tokens and end the last range at its max_num_seqs")
     return schedule
@@ -88,7 +88,7 @@ def snippet(name: str, running: str, schedule: list[list[int]], why: str) -> str
 
 
 def free_name(cluster: Cluster, running: str) -> str:
-    taken = cluster.serving["profiles"]
+    taken = cluster.profiles
     return next(name for n in range(1, len(taken) + 2) if (name := f"{running}-tuned" + (f"-{n}" if n > 1 else "")) not in taken)
 
 
@@ -198,7 +198,7 @@ def main(cluster, accept_new_host_key, sizes, groups, max_tokens, given, ab, out
         url, key, identity = through_site(stack, cluster, accept_new_host_key)
         running = identity["profile"]
         profile = tunable(cluster, running)
-        fixed_k, concurrencies = profile["speculative_tokens"], list(range(1, profile["max_num_seqs"] + 1))
+        fixed_k, concurrencies = profile.speculative_tokens, list(range(1, profile.max_num_seqs + 1))
         endpoint = Endpoint(url, None, key)
         endpoint.model = served_model(endpoint)
         name = free_name(cluster, running)

@@ -6,35 +6,37 @@ from __future__ import annotations
 import re
 
 from checks import FAIL, PASS, Check
+from cluster import Cluster
 from facts.fabric import RdmaDevice, roce_v2_gid_index
 from facts.verify import ping_targets
 
 SWITCH_AUTONEG_MBPS = 100000  # what a Spark reads from a switch port left at auto-negotiation
 
 
-def rail_checks(name: str, data, readings: dict) -> list[Check]:
+def rail_checks(name: str, cluster: Cluster, readings: dict) -> list[Check]:
     """Link and RoCE port of each rail of one node, and jumbo-frame reachability of every other
     node on it."""
     checks = []
     links, rdma = readings["links"]["links"], readings["rdma"]["devices"]
-    configured = {rail["netdev"] for rail in data.rails}
-    targets = ping_targets(data.cluster, name)
+    rails = cluster.node(name).rail_data
+    configured = {rail["netdev"] for rail in rails}
+    targets = ping_targets(cluster, name)
     pings = readings["pings"] + [None] * (len(targets) - len(readings["pings"]))
-    for index, rail in enumerate(data.rails):
+    for index, rail in enumerate(rails):
         netdev, label = rail["netdev"], f"rail {index} {rail['netdev']}"
         link = links.get(netdev)
         if link is None:
             checks.append(Check(name, f"{label} link", FAIL, "no such netdev",
                                 "set the rail's netdev in site.toml to a CX-7 interface (ip -br link)"))
             continue
-        checks.append(link_check(name, label, data, rail, link, rdma, configured))
+        checks.append(link_check(name, label, cluster, rail, link, rdma, configured))
         checks.append(roce_check(name, index, netdev, rail, rdma))
-        checks += [ping_check(name, index, data, other, address, ping, link)
+        checks += [ping_check(name, index, cluster, other, address, ping, link)
                    for (rail_index, _, other, address), ping in zip(targets, pings) if rail_index == index]
     return checks
 
 
-def link_check(name: str, label: str, data, rail: dict, link: dict, rdma: dict, configured: set[str]) -> Check:
+def link_check(name: str, label: str, cluster: Cluster, rail: dict, link: dict, rdma: dict, configured: set[str]) -> Check:
     problems, fixes = [], []
     netdev = rail["netdev"]
     if link["operstate"] != "up":
@@ -46,15 +48,16 @@ def link_check(name: str, label: str, data, rail: dict, link: dict, rdma: dict, 
                 + "; name it for this rail in site.toml (netdev, rdma), or move the cable")
         else:
             fixes.append("check the QSFP cable; plug it before boot or `echo 1 > /sys/bus/pci/rescan`")
-    elif link["speed_mbps"] != data.expected_link_speed_mbps:
-        problems.append(f"{link['speed_mbps']} Mb/s, expected {data.expected_link_speed_mbps}")
-        if link["speed_mbps"] == SWITCH_AUTONEG_MBPS and data.cluster.topology == "switch":
+    elif link["speed_mbps"] != cluster.settings.expected_link_speed_mbps:
+        problems.append(f"{link['speed_mbps']} Mb/s, expected {cluster.settings.expected_link_speed_mbps}")
+        if link["speed_mbps"] == SWITCH_AUTONEG_MBPS and cluster.topology == "switch":
             fixes.append("force 200G, auto-negotiation off on the switch port (and MTU 9000 on the switch)")
         else:
             fixes.append("reseat or replace the QSFP cable (a damaged or slower DAC negotiates down)")
-    if link["mtu"] != data.fabric_mtu:
-        problems.append(f"MTU {link['mtu']}, expected {data.fabric_mtu}")
-        fixes.append(f"run the deploy again (it re-applies the netplan file); `ip link show {netdev}` must show mtu {data.fabric_mtu}")
+    mtu = cluster.settings.fabric_mtu
+    if link["mtu"] != mtu:
+        problems.append(f"MTU {link['mtu']}, expected {mtu}")
+        fixes.append(f"run the deploy again (it re-applies the netplan file); `ip link show {netdev}` must show mtu {mtu}")
     if rail["cidr"] not in link["ipv4"]:
         problems.append(f"address {rail['cidr']} missing (has {', '.join(link['ipv4']) or 'none'})")
         fixes.append(f"run the deploy again and check `netplan get` on {name}")
@@ -82,14 +85,14 @@ def roce_check(name: str, index: int, netdev: str, rail: dict, rdma: dict) -> Ch
     return Check(name, item, PASS, f"ACTIVE, {port['rate']}, RoCE v2 GID index {gid_index}")
 
 
-def ping_check(name: str, index: int, data, other: str, address: str, ping: dict | None, link: dict) -> Check:
-    size = data.fabric_mtu - 28
+def ping_check(name: str, index: int, cluster: Cluster, other: str, address: str, ping: dict | None, link: dict) -> Check:
+    size = cluster.settings.fabric_mtu - 28
     item = f"rail {index} jumbo ping to {other}"
     if ping and ping["received"]:
         return Check(name, item, PASS, f"{size}-byte DF ping to {address} passes")
     error = (ping or {}).get("error") or "no reply"
-    switch = " and on the switch" if data.cluster.topology == "switch" else ""
-    fix = (f"set MTU {data.fabric_mtu} on rail {index} of {name} and {other}{switch} (`ip link show` on each node)"
+    switch = " and on the switch" if cluster.topology == "switch" else ""
+    fix = (f"set MTU {cluster.settings.fabric_mtu} on rail {index} of {name} and {other}{switch} (`ip link show` on each node)"
            if link["operstate"] == "up" else "the rail has no link: see its link row")
     return Check(name, item, FAIL, f"{size}-byte DF ping to {address} fails ({error})", fix)
 

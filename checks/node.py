@@ -7,8 +7,8 @@ from checks import FAIL, PASS, WARN, Check
 from checks.fabric import rail_checks
 from checks.runtime import image_check, model_check
 from checks.serving import api_checks, container_check
+from cluster import Cluster
 from facts.verify import ssh_targets
-from serving_data import model_source
 
 USERNS_KEY = "kernel.apparmor_restrict_unprivileged_userns"
 NVML_FIXES = {
@@ -29,12 +29,12 @@ def earlier_step_failed(name: str, step: str) -> Check:
                  "it answers over SSH: fix what that error says, then run the deploy again")
 
 
-def node_checks(name: str, data, readings: dict[str, dict | None]) -> list[Check]:
+def node_checks(name: str, cluster: Cluster, readings: dict[str, dict | None]) -> list[Check]:
     """Everything that must hold on one node for serving with the others, rails first.
     ``readings`` holds every node's, by name in rank order (None for a node that did not answer)."""
     mine = readings[name]
     others = {other: reading for other, reading in readings.items() if other != name}
-    checks = rail_checks(name, data, mine)
+    checks = rail_checks(name, cluster, mine)
     memlock = mine["memlock"]["limit"]
     if memlock == "unlimited":
         checks.append(Check(name, "memlock (fresh login)", PASS, "unlimited"))
@@ -50,9 +50,9 @@ def node_checks(name: str, data, readings: dict[str, dict | None]) -> list[Check
         checks.append(Check(name, "userns sysctl", FAIL, f"{USERNS_KEY} = {userns}",
                             f"run the deploy again, or `sudo sysctl -w {USERNS_KEY}=0`"))
     checks += identity_checks(name, mine, others)
-    checks += user_checks(name, data, mine, others)
-    checks += memory_checks(name, data, mine["memory"])
-    for (other, address), login in zip(ssh_targets(data.cluster, name), mine["ssh_to"]):
+    checks += user_checks(name, cluster.deploy_user, mine, others)
+    checks += memory_checks(name, cluster.settings.memory_floor_gib, mine["memory"])
+    for (other, address), login in zip(ssh_targets(cluster, name), mine["ssh_to"]):
         if login["ok"]:
             checks.append(Check(name, f"SSH to {other} at {address}", PASS, "passwordless"))
         elif others[other] is None:
@@ -61,13 +61,12 @@ def node_checks(name: str, data, readings: dict[str, dict | None]) -> list[Check
         else:
             checks.append(Check(name, f"SSH to {other} at {address}", FAIL, "login refused or asks for input",
                                 "run the deploy again (tasks/ssh_trust.py sets the key and known_hosts)"))
-    cluster = data.cluster
     head = cluster.head.hostname
-    checks.append(image_check(name, cluster.image["tag"], mine["image"], None if name == head else head, readings[head]))
-    checks.append(model_check(name, data.role, model_source(cluster.model), mine["model"], readings[head]))
+    checks.append(image_check(name, cluster.image.tag, mine["image"], None if name == head else head, readings[head]))
+    checks.append(model_check(name, cluster.node(name).role, cluster.model.source, mine["model"], readings[head]))
     checks.append(container_check(name, cluster.profile_name, mine["serving"]))
     if mine["api"] is not None:
-        checks += api_checks(name, data.api_host, data.api_port, mine["api"], mine["listening"])
+        checks += api_checks(name, cluster.settings.api_host, cluster.settings.api_port, mine["api"], mine["listening"])
     checks += unreadable_checks(name, mine)
     return checks
 
@@ -102,27 +101,27 @@ def identity_checks(name: str, mine: dict, others: dict[str, dict | None]) -> li
     return checks
 
 
-def user_checks(name: str, data, mine: dict, others: dict[str, dict | None]) -> list[Check]:
+def user_checks(name: str, user_name: str, mine: dict, others: dict[str, dict | None]) -> list[Check]:
     user = mine["user"]
     read = {other: reading["user"] for other, reading in others.items() if reading is not None}
     checks = []
     if read:
         if user["exists"] and all(theirs["exists"] and theirs["uid"] == user["uid"] for theirs in read.values()):
-            checks.append(Check(name, "deploy user", PASS, f"{data.deploy_user} uid {user['uid']} on every node"))
+            checks.append(Check(name, "deploy user", PASS, f"{user_name} uid {user['uid']} on every node"))
         else:
             differ = ", ".join(f"{other} {theirs['uid']}" for other, theirs in read.items() if theirs["uid"] != user["uid"] or not theirs["exists"])
-            checks.append(Check(name, "deploy user", FAIL, f"{data.deploy_user}: here {user['uid']}, {differ}",
+            checks.append(Check(name, "deploy user", FAIL, f"{user_name}: here {user['uid']}, {differ}",
                                 "create the same user with the same uid on every node"))
     if not mine["docker"]:
         checks.append(Check(name, "docker", FAIL, "docker not found", "install Docker (DGX OS ships it) and run again"))
     elif "docker" not in user["groups"]:
-        checks.append(Check(name, "docker", FAIL, f"{data.deploy_user} is not in the docker group", "run the deploy again"))
+        checks.append(Check(name, "docker", FAIL, f"{user_name} is not in the docker group", "run the deploy again"))
     else:
-        checks.append(Check(name, "docker", PASS, f"{mine['docker']}, {data.deploy_user} in group docker"))
+        checks.append(Check(name, "docker", PASS, f"{mine['docker']}, {user_name} in group docker"))
     return checks
 
 
-def memory_checks(name: str, data, memory: dict) -> list[Check]:
+def memory_checks(name: str, floor_gib: float, memory: dict) -> list[Check]:
     checks = []
     state = memory["nvidia_smi"]
     if state not in ("ok", "absent"):
@@ -132,10 +131,10 @@ def memory_checks(name: str, data, memory: dict) -> list[Check]:
     source = memory["source"] + (f", {', '.join(memory['gpus'])}" if memory["gpus"] else
                                  ", no nvidia-smi" if state == "absent" else ", nvidia-smi failed")
     detail = f"{memory['available_gib']} GiB available of {memory['total_gib']} ({source})"
-    if memory["available_gib"] >= data.memory_floor_gib:
+    if memory["available_gib"] >= floor_gib:
         checks.append(Check(name, "GPU memory", PASS, detail))
     else:
-        checks.append(Check(name, "GPU memory", FAIL, f"{detail}, floor {data.memory_floor_gib}",
+        checks.append(Check(name, "GPU memory", FAIL, f"{detail}, floor {floor_gib}",
                             "stop what holds the memory (nvidia-smi, free -g) or lower memory_floor_gib"))
     return checks
 

@@ -8,6 +8,7 @@ from datetime import datetime
 from checks import FAIL, PASS, WARN, Check
 from checks.fabric import link_check, roce_check
 from checks.node import NVML_FIXES
+from cluster import Cluster, Profile
 from layout import CONTAINER
 
 LOGS = f"docker logs --tail 100 {CONTAINER}"
@@ -15,33 +16,34 @@ UP = ("serving", "busy", "joined")  # the watchdog states of a side that serves
 HEALS = "the watchdogs restart the cluster on their own (workers first); if it persists, run the deploy"
 
 
-def status_checks(name: str, data, readings: dict[str, dict | None]) -> list[Check]:
+def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None]) -> list[Check]:
     """One node's rows; ``readings`` every node's reading by name in rank order, the head first
     (None for a node that does not answer)."""
     mine = readings[name]
     head = next(iter(readings.values()))
     generating = bool(head and (head["api"] or {}).get("ok"))  # then a watchdog still "waiting" has not looked yet
-    checks = [container_row(name, mine, generating), watchdog_row(name, data.role, mine, head, generating)]
-    if data.role == "head":
+    node = cluster.node(name)
+    checks = [container_row(name, mine, generating), watchdog_row(name, node.role, mine, head, generating)]
+    if node.role == "head":
         workers = {other: reading for other, reading in readings.items() if other != name}
-        checks += api_rows(name, mine, workers, data.profiles[mine_profile(mine, data)])
+        checks += api_rows(name, mine, workers, cluster.profiles[mine_profile(mine, cluster)])
     checks.append(memory_row(name, mine["memory"]))
-    configured = {rail["netdev"] for rail in data.rails}
+    configured = {rail["netdev"] for rail in node.rail_data}
     rdma = mine["rdma"]["devices"]
-    for index, rail in enumerate(data.rails):
+    for index, rail in enumerate(node.rail_data):
         label = f"rail {index} {rail['netdev']}"
         link = mine["links"]["links"].get(rail["netdev"])
         if link is None:
             checks.append(Check(name, f"{label} link", FAIL, "no such netdev", "set the rail's netdev in site.toml (ip -br link)"))
             continue
-        checks += [link_check(name, label, data, rail, link, rdma, configured), roce_check(name, index, rail["netdev"], rail, rdma)]
+        checks += [link_check(name, label, cluster, rail, link, rdma, configured), roce_check(name, index, rail["netdev"], rail, rdma)]
     return checks
 
 
-def mine_profile(reading: dict, data) -> str:
+def mine_profile(reading: dict, cluster: Cluster) -> str:
     """The profile the container runs (its label), else the configured one."""
     running = (reading["container"] or {}).get("profile")
-    return running if running in data.profiles else data.profile
+    return running if running in cluster.profiles else cluster.profile_name
 
 
 def uptime(since: str, now: str | None) -> str:
@@ -118,7 +120,7 @@ def watchdog_row(name: str, role: str, reading: dict, head: dict | None, generat
                  + ("" if head_live else " (the head's watchdog was not read)"))
 
 
-def api_rows(name: str, head: dict, workers: dict[str, dict | None], profile: dict) -> list[Check]:
+def api_rows(name: str, head: dict, workers: dict[str, dict | None], profile: Profile) -> list[Check]:
     api = head["api"] or {"ok": False, "error": "no probe ran", "metrics": None}
     metrics = api.get("metrics") or {}
     if api["ok"]:
@@ -127,7 +129,7 @@ def api_rows(name: str, head: dict, workers: dict[str, dict | None], profile: di
     else:
         checks = [Check(name, "API", FAIL, api.get("error") or "no token generated", failing_side(head, workers))]
     spec = metrics.get("spec")
-    if not profile["speculative_tokens"]:
+    if not profile.speculative_tokens:
         checks.append(Check(name, "speculative decoding", PASS, "off in this profile"))
     elif spec is None:
         checks.append(Check(name, "speculative decoding", WARN, "no counters in /metrics",

@@ -87,7 +87,7 @@ def write(path: Path, text: str, mode: int = 0o644) -> None:
 def main(cluster: Cluster, out_dir: Path, local_port: int | None, accept_new_host_key: bool) -> None:
     """Write client configurations for the Sparks' API."""
     settings = cluster.settings
-    local_port = local_port or settings["api_port"]
+    local_port = local_port or settings.api_port
     out = out_dir.resolve()
     with ExitStack() as stack:
         url, key, identity = through_site(stack, cluster, accept_new_host_key)
@@ -95,7 +95,7 @@ def main(cluster: Cluster, out_dir: Path, local_port: int | None, accept_new_hos
         if models.status_code != 200:
             raise click.ClickException(f"the API answered {models.status_code}; run `pyinfra -y inventory.py tasks/status.py` to see why")
         listed = models.json()["data"][0]
-        profile = cluster.serving["profiles"].get(identity["profile"])
+        profile = cluster.profiles.get(identity["profile"])
         if profile is None:
             raise click.ClickException(f"the head runs profile {identity['profile']!r}, which this site file does not define")
         click.echo("--> The endpoints the clients use, with what the agents send:")
@@ -105,10 +105,10 @@ def main(cluster: Cluster, out_dir: Path, local_port: int | None, accept_new_hos
                                    + "\n  ".join(failures))
 
     head = cluster.head
-    served = Served(listed["id"], listed["max_model_len"], compact_limit(profile["agent_compact_tokens"], listed["max_model_len"]),
+    served = Served(listed["id"], listed["max_model_len"], compact_limit(profile.agent_compact_tokens, listed["max_model_len"]),
                     identity["profile"], head.hostname, cluster.size)
     base_url = f"http://127.0.0.1:{local_port}"
-    tunnel = tunnel_command(local_port, settings["api_host"], settings["api_port"], cluster.deploy_user, head.ssh_host, cluster.ssh_port,
+    tunnel = tunnel_command(local_port, settings.api_host, settings.api_port, cluster.deploy_user, head.ssh_host, cluster.ssh_port,
                             str(Path(cluster.ssh_key).expanduser()) if cluster.ssh_key else None,
                             str(Path(cluster.known_hosts).expanduser()) if cluster.known_hosts else None)
     key_path, catalog = out / "api-key", out / "codex" / "model-catalog.json"

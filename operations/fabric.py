@@ -39,7 +39,7 @@ def netplan_rails(path: str, rails: list[dict], mtu: int, hostname: str, others:
 
     .. code:: python
 
-        netplan_rails(path="/etc/netplan/40-dual-spark.yaml", rails=host.data.rails, mtu=9000,
+        netplan_rails(path="/etc/netplan/40-dual-spark.yaml", rails=cluster.node(host.name).rail_data, mtu=9000,
                       hostname="spark-head", others=["spark-worker"])
     """
     current = host.get_fact(FabricState, path=path)

@@ -17,12 +17,11 @@ from pathlib import Path
 from pyinfra import host, logger
 from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
-from cluster import Cluster, Node
+from cluster import Cluster, Image, Model, Node
 from facts.runtime import ImageState, ModelState, token_fix, token_path, token_refusal
 from layout import FABRIC_CIPHER, OWN_FILES, SSH_OPTIONS, paths
 from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
-from serving_data import model_source
 
 PROGRESS_EVERY = 10  # seconds between the progress lines of a long step
 
@@ -48,14 +47,14 @@ SMOKE = ('import inspect, json, vllm; from vllm.config import SpeculativeConfig 
          'print(json.dumps(sorted(getattr(c, "__dataclass_fields__", None) or inspect.signature(c).parameters)))')
 
 
-def smoke_test(tag: str, image: dict, container: dict, marker: str) -> StringCommand:
+def smoke_test(tag: str, image: Image, container: dict, marker: str) -> StringCommand:
     """`import vllm` in a throwaway container, reading the image's SpeculativeConfig fields; when
     it passes, the marker records the image ID and, on its second line, those fields."""
     keys = StringCommand("printf", "'%s\\n'", '"$keys"', "|", "tail", "-n", "1")
     return StringCommand(
         "docker", "image", "inspect", QuoteString(tag), ">/dev/null", "2>&1", "||",
         "{", "echo", QuoteString(f"{tag} is not on this node: the head sends it (see its errors above)"), ">&2;", "exit", "1;", "}", "&&",
-        'keys="$(', "docker", "run", "--rm", "--network", "none", *container_args(container), "--entrypoint", QuoteString(image["python"]),
+        'keys="$(', "docker", "run", "--rm", "--network", "none", *container_args(container), "--entrypoint", QuoteString(image.python),
         QuoteString(tag), "-c", QuoteString(SMOKE), ')"', "&&", keys, "|", "grep", "-q", QuoteString("^\\["), "&&",
         "mkdir", "-p", QuoteString(posixpath.dirname(marker)), "&&",
         "{", "docker", "image", "inspect", "-f", "'{{.Id}}'", QuoteString(tag), "&&", keys, ";", "}", ">", QuoteString(marker),
@@ -157,7 +156,7 @@ def from_upstream(sender: Node, user: str, command: StringCommand, stdin: str | 
 
 
 @operation()
-def runtime_image(image_name: str, image: dict, user: str, state_dir: str, container: dict):
+def runtime_image(image_name: str, image: Image, user: str, state_dir: str, container: dict):
     """
     On the head: obtain the runtime image once (pull by digest, or build from its directory
     here) and smoke-test it (`import vllm` in a throwaway container); then pass it down the chain
@@ -175,30 +174,30 @@ def runtime_image(image_name: str, image: dict, user: str, state_dir: str, conta
 
     .. code:: python
 
-        runtime_image(image_name="tony-overlay", image=host.data.images["tony-overlay"], user="spark",
+        runtime_image(image_name="tony-overlay", image=cluster.images["tony-overlay"], user="spark",
                       state_dir="/var/lib/dual-spark", container=...)
     """
     if not acts_here("head"):
         return
     cluster: Cluster = host.data.cluster
-    tag = image["tag"]
+    tag = image.tag
     marker = smoke_marker(state_dir, tag)
     progress = paths(state_dir, "")["progress"]
     mine, *theirs = read_all(ImageState, [reachable(node.hostname) for node in cluster.workers], tag=tag, marker=marker)
     readings = {node.hostname: reading for node, reading in zip(cluster.workers, theirs)}
     if mine["id"] is None:
-        if "ref" in image:
-            host.log(f"will pull {image['ref']}", logger.info)
-            yield watched(progress, f"pulling {image['ref']}", "docker", "pull", QuoteString(image["ref"]))
-            yield StringCommand("docker", "tag", QuoteString(image["ref"]), QuoteString(tag))
+        if image.ref:
+            host.log(f"will pull {image.ref}", logger.info)
+            yield watched(progress, f"pulling {image.ref}", "docker", "pull", QuoteString(image.ref))
+            yield StringCommand("docker", "tag", QuoteString(image.ref), QuoteString(tag))
         else:
             context = posixpath.join(state_dir, "build", image_name)
             upload = f"{context}.tar.gz"
             yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(upload)))
-            yield FileUploadCommand(build_context(image["build"]), upload, remote_temp_filename=host.get_temp_filename(upload))
+            yield FileUploadCommand(build_context(image.build), upload, remote_temp_filename=host.get_temp_filename(upload))
             yield StringCommand("rm", "-rf", QuoteString(context), "&&", "mkdir", "-p", QuoteString(context), "&&",
                                 "tar", "-xzf", QuoteString(upload), "-C", QuoteString(context))
-            host.log(f"will build {tag} from {image['build']}", logger.info)
+            host.log(f"will build {tag} from {image.build}", logger.info)
             yield watched(progress, f"building {tag}", "docker", "build", "-t", QuoteString(tag),
                           QuoteString(context))
             yield StringCommand("rm", "-rf", QuoteString(context), QuoteString(upload))
@@ -232,7 +231,7 @@ def runtime_image(image_name: str, image: dict, user: str, state_dir: str, conta
 
 
 @operation()
-def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, image: dict, hf_endpoint: str,
+def model_on_every_node(model: Model, user: str, state_dir: str, model_dir: str, image: Image, hf_endpoint: str,
                         hf_token_file: str, container: dict, streams: int, verify_model: str):
     """
     On the head: fetch the model once into ``model_dir`` (from the hub at the pinned revision,
@@ -258,7 +257,7 @@ def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, 
 
     .. code:: python
 
-        model_on_every_node(model=host.data.model, user="spark", state_dir="/var/lib/dual-spark",
+        model_on_every_node(model=cluster.model, user="spark", state_dir="/var/lib/dual-spark",
                             model_dir="/var/lib/dual-spark/model", image=..., hf_endpoint="https://huggingface.co",
                             hf_token_file="~/.cache/huggingface/token", container=..., streams=4, verify_model="size")
     """
@@ -268,7 +267,7 @@ def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, 
         raise OperationError(f"{host.name}: hf_token_file = {hf_token_file}: name it as ~/<path>, a file in {user}'s home on the head")
     cluster: Cluster = host.data.cluster
     where = paths(state_dir, model_dir)
-    source = model_source(model)
+    source = model.source
     full = verify_model == "full"
     head, *theirs = read_all(ModelState, [reachable(node.hostname) for node in cluster.workers], script=where["model_sync"],
                              model_dir=model_dir, manifest=where["manifest"], state=where["verified"], user=user,
@@ -278,11 +277,11 @@ def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, 
     same_source = manifest is not None and manifest["source"] == source
     head_done = same_source and not head["changed"] and not full
     if not same_source:
-        if "path" in model:
-            host.log(f"will copy the model from {model['path']} into {model_dir}, then hash it", logger.info)
+        if model.path:
+            host.log(f"will copy the model from {model.path} into {model_dir}, then hash it", logger.info)
         else:
             free = f"; {gib(head['free_bytes'])} free there" if head["free_bytes"] is not None else ""
-            host.log(f"will fetch {model['repo']} at {model['revision'][:12]} from the hub into {model_dir} (its size "
+            host.log(f"will fetch {model.repo} at {model.revision[:12]} from the hub into {model_dir} (its size "
                      f"shows once the hub answers{free}), then hash it", logger.info)
             refusal = token_refusal(hf_token_file, user, head["token"])
             if refusal:
@@ -324,7 +323,7 @@ def model_on_every_node(model: dict, user: str, state_dir: str, model_dir: str, 
         yield FunctionCommand(streamed, (from_upstream(sender, user, command, stdin=where["manifest"]),), {})
 
 
-def fetch(model: dict, user: str, where: dict, model_dir: str, image: dict, hf_endpoint: str, hf_token_file: str,
+def fetch(model: Model, user: str, where: dict, model_dir: str, image: Image, hf_endpoint: str, hf_token_file: str,
           container: dict) -> FunctionCommand:
     """The model into model_dir, the deploy user's directory, claimed by the first step
     (operations/own.py) and checked again here: a real directory holding the deploy's marker, or
@@ -336,18 +335,18 @@ def fetch(model: dict, user: str, where: dict, model_dir: str, image: dict, hf_e
     user afterwards, in the same command."""
     guard = claimed(model_dir, "model_dir")
     as_user = ["sudo", "-n", "-u", QuoteString(user)]
-    if "path" in model:
-        source = model["path"].rstrip("/")
+    if model.path:
+        source = model.path.rstrip("/")
         readable = StringCommand(
             "{", *as_user, "test", "-f", QuoteString(f"{source}/config.json"), "||", "no",
-            QuoteString(f"model.path = {model['path']} is not a model directory {user} may read (no config.json there that "
+            QuoteString(f"model.path = {model.path} is not a model directory {user} may read (no config.json there that "
                         f"{user} can read): nothing was copied. Fix: set model.path to the directory holding the config.json "
                         f"and the weights of the model, readable by {user}"), ";", "}")
         copy = [*as_user, "rsync", "-a", "--delete", "--exclude", QuoteString(f"/{OWN_FILES}*"), "--info=progress2",
                 "--no-inc-recursive", QuoteString(source + "/"), QuoteString(model_dir + "/")]
         return FunctionCommand(streamed, (StringCommand(
             guard, "&&", readable, "&&", "python3", QuoteString(where["progress"]), "run", "--what",
-            QuoteString(f"copying the model from {model['path']}"), "--", *copy),), {})
+            QuoteString(f"copying the model from {model.path}"), "--", *copy),), {})
     token = StringCommand(
         token_path(user, hf_token_file), "set", "--;", *as_user, "sh", "-c",
         QuoteString('if [ -f "$1" ] && [ ! -L "$1" ] && [ -O "$1" ]; then chmod 600 "$1"; '
@@ -361,8 +360,8 @@ def fetch(model: dict, user: str, where: dict, model_dir: str, image: dict, hf_e
         "-e", "HF_HUB_DISABLE_XET=1", "-e", "HF_HOME=/model/.cache/huggingface", *container_args(container),
         "-v", QuoteString(f"{model_dir}:/model"), "-v", QuoteString(f"{where['fetch_model']}:/fetch_model.py:ro"),
         "-v", QuoteString(f"{where['progress']}:/progress.py:ro"), '"$@"',
-        "--entrypoint", QuoteString(image["python"]), QuoteString(image["tag"]), "/fetch_model.py",
-        "--repo", QuoteString(model["repo"]), "--revision", QuoteString(model["revision"]), "--dest", "/model",
+        "--entrypoint", QuoteString(image.python), QuoteString(image.tag), "/fetch_model.py",
+        "--repo", QuoteString(model.repo), "--revision", QuoteString(model.revision), "--dest", "/model",
         "--token-file", "/run/secrets/hf_token", "--progress", str(PROGRESS_EVERY),
         "&&", "chown", "-R", QuoteString(f"{user}:"), QuoteString(model_dir),
     )

@@ -20,7 +20,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, Quot
 
 from checks import table
 from checks.serving import heads_refusal
-from cluster import Cluster
+from cluster import Cluster, Image, Model, Profile
 from facts.fabric import roce_v2_gid_index
 from facts.runtime import ImageState
 from facts.serving import ModelHeads, ServingState
@@ -41,75 +41,121 @@ SPECULATIVE_FIELDS = {"speculative_schedule": "num_speculative_tokens_per_batch_
                       "adaptive_verification": "enable_adaptive_verification"}
 
 
-def vllm_args(settings: dict) -> list[str]:
+def vllm_args(settings: StackSettings) -> list[str]:
     """The `vllm serve` arguments of one node (FACTS.md's launch line), from its stack settings."""
-    profile, model = settings["profile"], settings["model"]
-    head = settings["role"] == "head"
-    args = [IN_CONTAINER["model"], "--served-model-name", model["served_name"]]
+    profile, model = settings.profile, settings.model
+    head = settings.role == "head"
+    args = [IN_CONTAINER["model"], "--served-model-name", model.served_name]
     if head:
-        args += ["--host", settings["api_host"], "--port", str(settings["api_port"])]
+        args += ["--host", settings.api_host, "--port", str(settings.api_port)]
     args += [
-        "--trust-remote-code", "--tensor-parallel-size", str(settings["tensor_parallel"]),
-        "--pipeline-parallel-size", str(settings["pipeline_parallel"]),
-        "--kv-cache-dtype", profile["kv_cache_dtype"], "--block-size", str(settings["block_size"]),
-        "--max-model-len", str(profile["max_model_len"]), "--max-num-seqs", str(profile["max_num_seqs"]),
-        "--max-num-batched-tokens", str(profile["max_num_batched_tokens"]),
-        "--gpu-memory-utilization", str(profile["gpu_memory_utilization"]),
-        "--enable-prefix-caching" if profile["prefix_caching"] else "--no-enable-prefix-caching",
+        "--trust-remote-code", "--tensor-parallel-size", str(settings.tensor_parallel),
+        "--pipeline-parallel-size", str(settings.pipeline_parallel),
+        "--kv-cache-dtype", profile.kv_cache_dtype, "--block-size", str(settings.block_size),
+        "--max-model-len", str(profile.max_model_len), "--max-num-seqs", str(profile.max_num_seqs),
+        "--max-num-batched-tokens", str(profile.max_num_batched_tokens),
+        "--gpu-memory-utilization", str(profile.gpu_memory_utilization),
+        "--enable-prefix-caching" if profile.prefix_caching else "--no-enable-prefix-caching",
     ]
-    if profile["speculative_tokens"]:
-        speculative = {"method": settings["speculative_method"], "num_speculative_tokens": profile["speculative_tokens"]}
+    if profile.speculative_tokens:
+        speculative = {"method": settings.speculative_method, "num_speculative_tokens": profile.speculative_tokens}
         for key, field in SPECULATIVE_FIELDS.items():
-            if key in profile:
-                speculative[field] = profile[key]
-        speculative.update(settings["speculative_options"])
+            if getattr(profile, key) is not None:
+                speculative[field] = getattr(profile, key)
+        speculative.update(settings.speculative_options)
         args += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
-    args += ["--tokenizer-mode", model["tokenizer_mode"], "--distributed-executor-backend", "mp"]
-    if model.get("tool_call_parser"):
-        args += ["--tool-call-parser", model["tool_call_parser"], "--enable-auto-tool-choice"]
-    if model.get("reasoning_parser"):
-        args += ["--reasoning-parser", model["reasoning_parser"]]
+    args += ["--tokenizer-mode", model.tokenizer_mode, "--distributed-executor-backend", "mp"]
+    if model.tool_call_parser:
+        args += ["--tool-call-parser", model.tool_call_parser, "--enable-auto-tool-choice"]
+    if model.reasoning_parser:
+        args += ["--reasoning-parser", model.reasoning_parser]
     args += [
-        "--default-chat-template-kwargs", json.dumps({"thinking": profile["thinking"]}, separators=(",", ":")),
+        "--default-chat-template-kwargs", json.dumps({"thinking": profile.thinking}, separators=(",", ":")),
         "--generation-config", "vllm",
-        "--override-generation-config", json.dumps(settings["generation_config"], separators=(",", ":")),
+        "--override-generation-config", json.dumps(settings.generation_config, separators=(",", ":")),
     ]
-    if profile["flashinfer_autotune"]:
+    if profile.flashinfer_autotune:
         args.append("--enable-flashinfer-autotune")
-    args += ["--nnodes", str(settings["nodes"]), "--node-rank", str(settings["rank"]), "--master-addr", settings["master_addr"],
-             "--master-port", str(settings["master_port"])]
+    args += ["--nnodes", str(settings.nodes), "--node-rank", str(settings.rank), "--master-addr", settings.master_addr,
+             "--master-port", str(settings.master_port)]
     if not head:
         args.append("--headless")
-    return args + list(settings["vllm_extra_args"])
+    return args + list(settings.vllm_extra_args)
 
 
-def stack_settings(cluster: Cluster, hostname: str) -> dict:
-    """What one node's stack is made of, from the cluster (plain values, for rendering)."""
+@dataclass(frozen=True)
+class StackSettings:
+    """What one node's stack is made of: its place in the cluster, what it serves, and the
+    settings and paths its compose file and launch script render (``stack_settings``)."""
+
+    hostname: str
+    rank: int
+    role: str
+    nodes: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    profile_name: str
+    profile: Profile
+    model: Model
+    image: Image
+    rails: list[dict]  # Rail.as_data() of each rail, rail 0 first
+    master_addr: str
+    worker_addresses: list[str]
+    watchdog_port: int
+    ready_timeout: int
+    python: str
+    watchdog_script: str
+    restarts_dir: str
+    api_host: str
+    api_port: int
+    master_port: int
+    block_size: int
+    speculative_method: str
+    speculative_options: dict
+    generation_config: dict
+    vllm_extra_args: list[str]
+    serving_env: dict[str, str]
+    gpus: str
+    devices: list[str]
+    ulimits: dict[str, int]
+    mounts: list[str]
+    container_env: dict[str, str]
+    model_dir: str
+    stack_dir: str
+    api_key_file: str
+    health_script: str
+    deploy_user: str
+    manifest: str
+    smoke_marker: str
+
+
+def stack_settings(cluster: Cluster, hostname: str) -> StackSettings:
+    """One node's stack settings, from the cluster."""
     node, settings = cluster.node(hostname), cluster.settings
-    where = paths(settings["state_dir"], settings["model_dir"])
-    return {
-        "hostname": hostname, "rank": node.rank, "role": node.role, "nodes": cluster.size,
-        "tensor_parallel": cluster.tensor_parallel, "pipeline_parallel": cluster.pipeline_parallel,
-        "profile_name": cluster.profile_name, "profile": cluster.profile, "model": cluster.model,
-        "image": cluster.image, "rails": node.rail_data, "master_addr": cluster.master_addr,
-        "worker_addresses": [str(worker.rails[0].address.ip) for worker in cluster.workers],
-        "watchdog_port": settings["watchdog_port"], "ready_timeout": settings["serving_ready_timeout"],
-        "python": cluster.image["python"], "watchdog_script": where["watchdog"], "restarts_dir": where["serving"],
-        "api_host": settings["api_host"], "api_port": settings["api_port"], "master_port": settings["master_port"],
-        "block_size": settings["block_size"], "speculative_method": settings["speculative_method"],
-        "speculative_options": settings["speculative_options"], "generation_config": settings["generation_config"],
-        "vllm_extra_args": settings["vllm_extra_args"], "serving_env": settings["serving_env"],
-        "gpus": settings["container_gpus"], "devices": settings["container_devices"], "ulimits": settings["container_ulimits"],
-        "mounts": settings["container_mounts"], "container_env": settings["container_env"], "model_dir": settings["model_dir"],
-        "stack_dir": settings["stack_dir"], "api_key_file": where["api_key"], "health_script": where["health"],
-        "deploy_user": cluster.deploy_user, "manifest": where["manifest"],
-        "smoke_marker": smoke_marker(settings["state_dir"], cluster.image["tag"]),
-    }
+    where = paths(settings.state_dir, settings.model_dir)
+    return StackSettings(
+        hostname=hostname, rank=node.rank, role=node.role, nodes=cluster.size,
+        tensor_parallel=cluster.tensor_parallel, pipeline_parallel=cluster.pipeline_parallel,
+        profile_name=cluster.profile_name, profile=cluster.profile, model=cluster.model,
+        image=cluster.image, rails=node.rail_data, master_addr=cluster.master_addr,
+        worker_addresses=[str(worker.rails[0].address.ip) for worker in cluster.workers],
+        watchdog_port=settings.watchdog_port, ready_timeout=settings.serving_ready_timeout,
+        python=cluster.image.python, watchdog_script=where["watchdog"], restarts_dir=where["serving"],
+        api_host=settings.api_host, api_port=settings.api_port, master_port=settings.master_port,
+        block_size=settings.block_size, speculative_method=settings.speculative_method,
+        speculative_options=settings.speculative_options, generation_config=settings.generation_config,
+        vllm_extra_args=settings.vllm_extra_args, serving_env=settings.serving_env,
+        gpus=settings.container_gpus, devices=settings.container_devices, ulimits=settings.container_ulimits,
+        mounts=settings.container_mounts, container_env=settings.container_env, model_dir=settings.model_dir,
+        stack_dir=settings.stack_dir, api_key_file=where["api_key"], health_script=where["health"],
+        deploy_user=cluster.deploy_user, manifest=where["manifest"],
+        smoke_marker=smoke_marker(settings.state_dir, cluster.image.tag),
+    )
 
 
-def state_arguments(settings: dict) -> dict:
+def state_arguments(settings: StackSettings) -> dict:
     """ServingState's arguments: the same on every node (the manifest exists on the head only)."""
-    return {"stack_dir": settings["stack_dir"], "key_file": settings["api_key_file"], "model_record": settings["manifest"]}
+    return {"stack_dir": settings.stack_dir, "key_file": settings.api_key_file, "model_record": settings.manifest}
 
 
 @dataclass(frozen=True)
@@ -119,12 +165,12 @@ class Stack:
     hash: str
 
 
-def gid_index(settings: dict, reading: dict) -> int | str:
+def gid_index(settings: StackSettings, reading: dict) -> int | str:
     """NCCL_IB_GID_INDEX: the RoCE v2 GID of rail 0's address as this node has it (or the
     site's pin); never a constant, since the table's order differs between machines. Before the
     changes run (--dry, the diff shown before asking) a node whose rail has no address yet shows
     what will be read."""
-    rail = settings["rails"][0]
+    rail = settings.rails[0]
     if rail["gid_index"] != "auto":
         return rail["gid_index"]
     found = roce_v2_gid_index(reading["rdma"]["devices"], rail["rdma"], rail["address"])
@@ -136,8 +182,8 @@ def gid_index(settings: dict, reading: dict) -> int | str:
     return found
 
 
-def environment(settings: dict, gid: int) -> dict[str, str]:
-    rails = settings["rails"]
+def environment(settings: StackSettings, gid: int) -> dict[str, str]:
+    rails = settings.rails
     own = {
         "VLLM_HOST_IP": rails[0]["address"],
         "NCCL_SOCKET_IFNAME": rails[0]["netdev"],
@@ -146,56 +192,56 @@ def environment(settings: dict, gid: int) -> dict[str, str]:
         "NCCL_IB_HCA": ",".join(rail["rdma"] for rail in rails),
         "NCCL_IB_GID_INDEX": str(gid),
     }
-    return {**own, **settings["serving_env"], **settings["image"]["env"], **settings["profile"]["env"], **settings["container_env"]}
+    return {**own, **settings.serving_env, **settings.image.env, **settings.profile.env, **settings.container_env}
 
 
-def compose_stack(settings: dict, env: dict[str, str], stack_hash: str, model_digest: str) -> dict:
+def compose_stack(settings: StackSettings, env: dict[str, str], stack_hash: str, model_digest: str) -> dict:
     """The node's compose stack as data: every value a site gives lands as a value, never as YAML."""
-    role, profile = settings["role"], settings["profile"]
+    role, profile = settings.role, settings.profile
     service = {
-        "image": settings["image"]["tag"], "pull_policy": "never", "container_name": CONTAINER,
+        "image": settings.image.tag, "pull_policy": "never", "container_name": CONTAINER,
         "restart": "unless-stopped", "init": True, "network_mode": "host", "ipc": "host", "shm_size": "64gb",
-        "privileged": profile["privileged"],
+        "privileged": profile.privileged,
     }
-    if settings["gpus"]:
-        service["gpus"] = int(settings["gpus"]) if settings["gpus"].isdigit() else settings["gpus"]
-    if settings["devices"]:
-        service["devices"] = [f"{device}:{device}" for device in settings["devices"]]
-    service["ulimits"] = dict(settings["ulimits"])
-    service["labels"] = {LABELS["role"]: role, LABELS["profile"]: settings["profile_name"],
+    if settings.gpus:
+        service["gpus"] = int(settings.gpus) if settings.gpus.isdigit() else settings.gpus
+    if settings.devices:
+        service["devices"] = [f"{device}:{device}" for device in settings.devices]
+    service["ulimits"] = dict(settings.ulimits)
+    service["labels"] = {LABELS["role"]: role, LABELS["profile"]: settings.profile_name,
                          LABELS["model"]: model_digest, LABELS["stack"]: stack_hash}
     inside = IN_CONTAINER
     service["volumes"] = [
-        f"{settings['model_dir']}:{inside['model']}:ro", f"./launch.sh:{inside['launch']}:ro",
-        f"{settings['health_script']}:{inside['health']}:ro", f"{settings['watchdog_script']}:{inside['watchdog']}:ro",
-        f"{settings['restarts_dir']}:{inside['state']}",
-        *([f"{settings['api_key_file']}:{inside['api_key']}:ro"] if role == "head" else []),
-        *(f"{path}:{path}:ro" for path in settings["mounts"]),
+        f"{settings.model_dir}:{inside['model']}:ro", f"./launch.sh:{inside['launch']}:ro",
+        f"{settings.health_script}:{inside['health']}:ro", f"{settings.watchdog_script}:{inside['watchdog']}:ro",
+        f"{settings.restarts_dir}:{inside['state']}",
+        *([f"{settings.api_key_file}:{inside['api_key']}:ro"] if role == "head" else []),
+        *(f"{path}:{path}:ro" for path in settings.mounts),
     ]
     service["environment"] = {name: value.replace("$", "$$") for name, value in env.items()}  # compose reads $ as its own
     service["entrypoint"] = [inside["launch"]]
     service["healthcheck"] = {
-        "test": ["CMD", settings["python"], inside["watchdog"], "check", "--ip", settings["rails"][0]["address"],
-                 "--port", str(settings["watchdog_port"])],
+        "test": ["CMD", settings.python, inside["watchdog"], "check", "--ip", settings.rails[0]["address"],
+                 "--port", str(settings.watchdog_port)],
         "interval": "15s", "timeout": "10s", "retries": 3,
     }
     return {"name": COMPOSE_PROJECT, "services": {"vllm": service}}
 
 
-def compose_file(settings: dict, env: dict[str, str], stack_hash: str, model_digest: str) -> str:
+def compose_file(settings: StackSettings, env: dict[str, str], stack_hash: str, model_digest: str) -> str:
     """compose.yaml: a managed-file header, then the stack serialised by a YAML library and read
     back to prove it says what was meant."""
     stack = compose_stack(settings, env, stack_hash, model_digest)
-    text = render("serving/compose-header.yaml.j2", **settings) + yaml.safe_dump(stack, sort_keys=False, width=10**6)
+    text = render("serving/compose-header.yaml.j2", **vars(settings)) + yaml.safe_dump(stack, sort_keys=False, width=10**6)
     if yaml.safe_load(text) != stack:
-        raise OperationError(f"{settings['stack_dir']}/compose.yaml would not read back as the stack meant: refusing to write it")
+        raise OperationError(f"{settings.stack_dir}/compose.yaml would not read back as the stack meant: refusing to write it")
     return text
 
 
-def desired(settings: dict, gid: int, model_digest: str | None) -> Stack:
+def desired(settings: StackSettings, gid: int, model_digest: str | None) -> Stack:
     """The node's compose file and launch script; the stack hash names both (a container label).
     The launch script names the watchdog's version: a new watchdog restarts the cluster."""
-    launch = render("serving/launch.sh.j2", **settings, command=[settings["image"]["vllm"], "serve"] + vllm_args(settings),
+    launch = render("serving/launch.sh.j2", **vars(settings), command=[settings.image.vllm, "serve"] + vllm_args(settings),
                     watchdog_digest=hashlib.sha256(WATCHDOG.read_bytes()).hexdigest()[:16])
 
     def compose(stack_hash: str) -> str:
@@ -214,55 +260,55 @@ def in_place(stack: Stack, reading: dict | None) -> bool:
             and container is not None and container["status"] == "running" and container["stack"] == stack.hash)
 
 
-def own(stacks: list[dict]) -> dict:
+def own(stacks: list[StackSettings]) -> StackSettings:
     """This node's stack settings among every node's."""
-    return next(settings for settings in stacks if settings["hostname"] == host.name)
+    return next(settings for settings in stacks if settings.hostname == host.name)
 
 
-def read_cluster(stacks: list[dict], step: str) -> list[dict | None]:
+def read_cluster(stacks: list[StackSettings], step: str) -> list[dict | None]:
     """Every node's ServingState in rank order, read at the same time; None for a node that does
     not answer (a warning says the step waits for it)."""
-    names = [settings["hostname"] for settings in stacks if settings["hostname"] != host.name]
+    names = [settings.hostname for settings in stacks if settings.hostname != host.name]
     others = [reachable(name) for name in names]
     mine, *theirs = read_all(ServingState, others, **state_arguments(own(stacks)))
     for name, other in zip(names, others):
         if other is None:
             warn_unreachable(step, name)
     found = {host.name: mine, **dict(zip(names, theirs))}
-    return [found[settings["hostname"]] for settings in stacks]
+    return [found[settings.hostname] for settings in stacks]
 
 
-def cluster_stacks(stacks: list[dict], readings: list[dict | None]) -> tuple[Stack, bool]:
+def cluster_stacks(stacks: list[StackSettings], readings: list[dict | None]) -> tuple[Stack, bool]:
     """This node's desired stack, and whether every node runs its own. Every stack names the
     model of the head's manifest: new weights restart the cluster."""
-    mine = readings[own(stacks)["rank"]]
+    mine = readings[own(stacks).rank]
     model = (readings[0] or mine)["model_digest"]
     wanted = [desired(settings, gid_index(settings, reading), model) if reading is not None else None
               for settings, reading in zip(stacks, readings)]
     everywhere = all(stack is not None and in_place(stack, reading) for stack, reading in zip(wanted, readings))
-    return wanted[own(stacks)["rank"]], everywhere
+    return wanted[own(stacks).rank], everywhere
 
 
-def heads_divided(settings: dict) -> None:
+def heads_divided(settings: StackSettings) -> None:
     """Refuse, before anything stops or changes, a tensor parallel that vLLM would refuse for the
     model's attention heads (read from the config.json of the model on this node)."""
-    refusal = heads_refusal(settings["profile_name"], settings["tensor_parallel"], settings["pipeline_parallel"],
-                            host.get_fact(ModelHeads, model_dir=settings["model_dir"]))
+    refusal = heads_refusal(settings.profile_name, settings.tensor_parallel, settings.pipeline_parallel,
+                            host.get_fact(ModelHeads, model_dir=settings.model_dir))
     if refusal:
         raise OperationError(refusal)
 
 
-def image_supports(settings: dict) -> None:
+def image_supports(settings: StackSettings) -> None:
     """Refuse, before anything stops or changes, a profile's speculative key that the image's vLLM
     lacks: its SpeculativeConfig's fields, as this node's smoke test read them (operations/runtime.py).
     Before the changes run (--dry) an image whose fields are not read yet waits for the runtime step."""
-    profile, image = settings["profile"], settings["image"]
-    used = {key: field for key, field in SPECULATIVE_FIELDS.items() if key in profile and profile["speculative_tokens"]}
+    profile, image = settings.profile, settings.image
+    used = {key: field for key, field in SPECULATIVE_FIELDS.items() if getattr(profile, key) is not None and profile.speculative_tokens}
     if not used:
         return
-    reading = host.get_fact(ImageState, tag=image["tag"], marker=settings["smoke_marker"])
+    reading = host.get_fact(ImageState, tag=image.tag, marker=settings.smoke_marker)
     fields = reading["speculative_keys"] if reading["id"] is not None and reading["smoke_tested"] == reading["id"] else None
-    named = f"image {profile['image']} ({image['tag']})"
+    named = f"image {profile.image} ({image.tag})"
     if fields is None:
         if host.state.is_executing:
             raise OperationError(f"the speculative config keys {named} takes are not read on {host.name}: run "
@@ -271,10 +317,10 @@ def image_supports(settings: dict) -> None:
     for key, field in used.items():
         if field not in fields:
             raise OperationError(
-                f"profile {settings['profile_name']} sets {key}, but the vLLM of {named}, {reading['id'][:19]}, has no {field} in its "
+                f"profile {settings.profile_name} sets {key}, but the vLLM of {named}, {reading['id'][:19]}, has no {field} in its "
                 f"SpeculativeConfig: nothing was stopped. Fix: drop {key} from the profile, or use an image whose vLLM has {field}"
                 + ("; for another draft length under load, a second profile with another fixed speculative_tokens and no "
-                   f"speculative_schedule (one based on {settings['profile_name']} inherits its schedule), switched with tasks/profile.py" if key == "speculative_schedule" else ""))
+                   f"speculative_schedule (one based on {settings.profile_name} inherits its schedule), switched with tasks/profile.py" if key == "speculative_schedule" else ""))
 
 
 def compose(stack_dir: str, *args: str) -> StringCommand:
@@ -322,7 +368,7 @@ def first_token(state, host, probe: StringCommand, what: str, node_names: list[s
 
 
 @operation()
-def head_stopped_for_change(stacks: list[dict]):
+def head_stopped_for_change(stacks: list[StackSettings]):
     """
     On the head: stop its vLLM when any node's stack is about to change or a worker is not
     running its current one, so the workers restart with no head waiting on a dead session.
@@ -346,16 +392,16 @@ def head_stopped_for_change(stacks: list[dict]):
     if None in readings:
         return
     _, everywhere = cluster_stacks(stacks, readings)
-    mine = readings[settings["rank"]]
+    mine = readings[settings.rank]
     running = mine["container"] is not None and mine["container"]["status"] == "running"
     if everywhere or not running:
         host.noop("the head keeps running" if running else "the head is not running")
         return
-    yield compose(settings["stack_dir"], "stop")
+    yield compose(settings.stack_dir, "stop")
 
 
 @operation()
-def stack_up(role: str, stacks: list[dict], ready_timeout: int):
+def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int):
     """
     Install this node's stack when it changed and start it when any node's is not in place:
     every worker fresh (``--force-recreate``), the head after them, and then the head waits until
@@ -381,25 +427,25 @@ def stack_up(role: str, stacks: list[dict], ready_timeout: int):
     heads_divided(settings)
     image_supports(settings)
     readings = read_cluster(stacks, "starting the serving cluster")
-    mine = readings[settings["rank"]]
+    mine = readings[settings.rank]
     stack, everywhere = cluster_stacks(stacks, readings)
-    head = settings["role"] == "head"
+    head = settings.role == "head"
     files_ok = mine["compose"] == stack.compose.splitlines() and mine["launch"] == stack.launch.splitlines()
     if not files_ok:  # before any other command: pyinfra's check for a change (--dry) stops at the first one
-        yield from install(stack, mine, settings["stack_dir"])
+        yield from install(stack, mine, settings.stack_dir)
     if head and not mine["api_key"]:
-        key = QuoteString(settings["api_key_file"])
+        key = QuoteString(settings.api_key_file)
         yield StringCommand("umask", "077", "&&", "python3", "-c", QuoteString("import secrets; print(secrets.token_urlsafe(32))"),
-                            ">", key, "&&", "chown", QuoteString(f"{settings['deploy_user']}:"), key)
+                            ">", key, "&&", "chown", QuoteString(f"{settings.deploy_user}:"), key)
     if None in readings:
         return  # a node started without all the others waits at the rendezvous for ever: the next run starts them
     if everywhere:
-        host.noop(f"the {settings['role']} serves profile {settings['profile_name']} (stack {stack.hash})")
+        host.noop(f"the {settings.role} serves profile {settings.profile_name} (stack {stack.hash})")
         return
-    yield compose(settings["stack_dir"], "up", "-d", "--force-recreate", "--remove-orphans")
+    yield compose(settings.stack_dir, "up", "-d", "--force-recreate", "--remove-orphans")
     if head:
-        url = f"http://{settings['api_host']}:{settings['api_port']}"
-        probe = StringCommand("python3", QuoteString(settings["health_script"]), "--url", QuoteString(url), "--key-file",
-                              QuoteString(settings["api_key_file"]), "--wait", str(int(ready_timeout)))
-        yield FunctionCommand(first_token, (probe, f"serving {settings['model']['served_name']} (profile {settings['profile_name']})",
-                                            [node["hostname"] for node in stacks]), {})
+        url = f"http://{settings.api_host}:{settings.api_port}"
+        probe = StringCommand("python3", QuoteString(settings.health_script), "--url", QuoteString(url), "--key-file",
+                              QuoteString(settings.api_key_file), "--wait", str(int(ready_timeout)))
+        yield FunctionCommand(first_token, (probe, f"serving {settings.model.served_name} (profile {settings.profile_name})",
+                                            [node.hostname for node in stacks]), {})

@@ -37,7 +37,7 @@ def known_receivers(user: str, rails: list[dict]):
 
     .. code:: python
 
-        known_receivers(user="spark", rails=host.data.rails)
+        known_receivers(user="spark", rails=cluster.node(host.name).rail_data)
     """
     cluster: Cluster = host.data.cluster
     targets = cluster.logins_from(cluster.node(host.name))

@@ -18,12 +18,13 @@ def read_status(node) -> dict | None:
     """One node's ServingStatus, or None when it does not answer over SSH."""
     if not answers(node):
         return None
-    data = node.data
-    where = paths(data.state_dir, data.model_dir)
-    api = ({"health": where["health"], "url": f"http://{data.api_host}:{data.api_port}", "key_file": where["api_key"]}
-           if data.role == "head" else None)
-    return node.get_fact(ServingStatus, watchdog=where["watchdog"], rail_ip=data.rails[0]["address"], port=data.watchdog_port,
-                         state_file=f"{where['serving']}/{data.role}-starts", log_lines=LOG_LINES, api=api)
+    cluster = node.data.cluster
+    settings, me = cluster.settings, cluster.node(node.name)
+    where = paths(settings.state_dir, settings.model_dir)
+    api = ({"health": where["health"], "url": f"http://{settings.api_host}:{settings.api_port}", "key_file": where["api_key"]}
+           if me.role == "head" else None)
+    return node.get_fact(ServingStatus, watchdog=where["watchdog"], rail_ip=me.fabric_addresses[0], port=settings.watchdog_port,
+                         state_file=f"{where['serving']}/{me.role}-starts", log_lines=LOG_LINES, api=api)
 
 
 def cluster_status(nodes: list) -> list[Check]:

@@ -32,18 +32,18 @@ def read_node(node) -> dict | None:
     """One node's readings, or None when it does not answer over SSH."""
     if not answers(node):
         return None
-    data = node.data
-    cluster = data.cluster
-    where = paths(data.state_dir, data.model_dir)
-    tag = cluster.image["tag"]
-    runtime = {"tag": tag, "marker": smoke_marker(data.state_dir, tag), "script": where["model_sync"],
-               "model_dir": data.model_dir, "manifest": where["manifest"], "state": where["verified"]}
-    serving = {"stack_dir": data.stack_dir, "key_file": where["api_key"]}
-    if data.role == "head":
-        serving |= {"health": where["health"], "api_host": data.api_host, "api_port": data.api_port}
+    cluster = node.data.cluster
+    settings = cluster.settings
+    where = paths(settings.state_dir, settings.model_dir)
+    tag = cluster.image.tag
+    runtime = {"tag": tag, "marker": smoke_marker(settings.state_dir, tag), "script": where["model_sync"],
+               "model_dir": settings.model_dir, "manifest": where["manifest"], "state": where["verified"]}
+    serving = {"stack_dir": settings.stack_dir, "key_file": where["api_key"]}
+    if cluster.node(node.name).role == "head":
+        serving |= {"health": where["health"], "api_host": settings.api_host, "api_port": settings.api_port}
     return node.get_fact(
-        Readiness, user=data.deploy_user, pings=[f"{netdev} {address}" for _, netdev, _, address in ping_targets(cluster, node.name)],
-        size=data.fabric_mtu - 28, ssh_to=[address for _, address in ssh_targets(cluster, node.name)], userns_key=USERNS_KEY,
+        Readiness, user=cluster.deploy_user, pings=[f"{netdev} {address}" for _, netdev, _, address in ping_targets(cluster, node.name)],
+        size=settings.fabric_mtu - 28, ssh_to=[address for _, address in ssh_targets(cluster, node.name)], userns_key=USERNS_KEY,
         runtime=runtime, serving=serving,
     )
 
@@ -62,7 +62,7 @@ def all_checks(nodes: list, read: Callable = read_node, rules: Callable = node_c
             continue
         if step := failed_step(node):
             checks.append(earlier_step_failed(node.name, step))
-        checks += rules(node.name, node.data, readings)
+        checks += rules(node.name, node.data.cluster, readings)
     return checks
 
 

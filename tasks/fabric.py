@@ -4,11 +4,14 @@ from pyinfra import host
 
 from operations.fabric import netplan_rails
 
+cluster = host.data.cluster
+rails = cluster.node(host.name).rail_data
+
 netplan_rails(
-    name=f"Write and apply the QSFP netplan for {len(host.data.rails)} rail(s)",
-    path=host.data.netplan_path,
-    rails=host.data.rails,
-    mtu=host.data.fabric_mtu,
+    name=f"Write and apply the QSFP netplan for {len(rails)} rail(s)",
+    path=cluster.settings.netplan_path,
+    rails=rails,
+    mtu=cluster.settings.fabric_mtu,
     hostname=host.name,
-    others=[node.hostname for node in host.data.cluster.others(host.name)],
+    others=[node.hostname for node in cluster.others(host.name)],
 )

@@ -5,25 +5,28 @@ from pyinfra import host
 from checks.node import USERNS_KEY
 from operations.host_prep import host_settings, tools_installed, user_in_group
 
+cluster = host.data.cluster
+settings = cluster.settings
+
 tools_installed(
     name="Install the fabric and host tools",
-    packages=host.data.host_packages,
+    packages=settings.host_packages,
 )
 
 user_in_group(
-    name=f"Add {host.data.deploy_user} to the docker group (root-equivalent; applies at the next login)",
-    user=host.data.deploy_user,
+    name=f"Add {cluster.deploy_user} to the docker group (root-equivalent; applies at the next login)",
+    user=cluster.deploy_user,
     group="docker",
 )
 
 host_settings(
     name="Lift the memlock limit for logins and services (RDMA); allow unprivileged user namespaces (AppArmor)",
     entries=[
-        ("files/host_prep/99-rdma.conf", host.data.memlock_limits_path, "644"),
-        ("files/host_prep/90-rdma-memlock.conf", host.data.memlock_systemd_path, "644"),
-        ("files/host_prep/60-apparmor-userns.conf", host.data.userns_sysctl_path, "644"),
+        ("files/host_prep/99-rdma.conf", settings.memlock_limits_path, "644"),
+        ("files/host_prep/90-rdma-memlock.conf", settings.memlock_systemd_path, "644"),
+        ("files/host_prep/60-apparmor-userns.conf", settings.userns_sysctl_path, "644"),
     ],
-    systemd_dropin=host.data.memlock_systemd_path,
+    systemd_dropin=settings.memlock_systemd_path,
     sysctl_key=USERNS_KEY,
     sysctl_value=0,
 )

@@ -6,11 +6,11 @@ from pyinfra import host
 from operations.managed import managed_files
 from operations.runtime import model_on_every_node, paths, runtime_image
 
-user = host.data.deploy_user
-where = paths(host.data.state_dir, host.data.model_dir)
 cluster = host.data.cluster
+settings, user = cluster.settings, cluster.deploy_user
+where = paths(settings.state_dir, settings.model_dir)
 image_name, image = cluster.image_name, cluster.image
-container = {"mounts": host.data.container_mounts, "env": host.data.container_env}
+container = {"mounts": settings.container_mounts, "env": settings.container_env}
 
 managed_files(
     name=f"Claim the deploy's directories (state, model: {user}'s, stack), then install the helpers (model hashing and "
@@ -23,22 +23,22 @@ managed_files(
         ("files/serving/watchdog.py", where["watchdog"], "755"),
     ],
     directories=[  # every one claimed here, in the first step that touches any: a refusal comes before anything changes
-        ("state_dir", host.data.state_dir, "root", "755"),
-        ("model_dir", host.data.model_dir, user, "755"),
-        ("stack_dir", host.data.stack_dir, "root", "755"),
+        ("state_dir", settings.state_dir, "root", "755"),
+        ("model_dir", settings.model_dir, user, "755"),
+        ("stack_dir", settings.stack_dir, "root", "755"),
     ],
-    show_program_diffs=host.data.show_program_diffs,
+    show_program_diffs=settings.show_program_diffs,
 )
 
 runtime_image(
-    name=f"Obtain the runtime image {image['tag']} once on the head, send it down the ranks, smoke-test each",
-    image_name=image_name, image=image, user=user, state_dir=host.data.state_dir, container=container,
+    name=f"Obtain the runtime image {image.tag} once on the head, send it down the ranks, smoke-test each",
+    image_name=image_name, image=image, user=user, state_dir=settings.state_dir, container=container,
 )
 
 model_on_every_node(
     name="Fetch the model once on the head, hash it, replicate it down the ranks over the fabric, verified",
-    model=host.data.model, user=user, state_dir=host.data.state_dir, model_dir=host.data.model_dir,
-    image=image, hf_endpoint=host.data.hf_endpoint,
-    hf_token_file=host.data.hf_token_file, container=container, streams=host.data.replication_streams,
-    verify_model=host.data.verify_model,
+    model=cluster.model, user=user, state_dir=settings.state_dir, model_dir=settings.model_dir,
+    image=image, hf_endpoint=settings.hf_endpoint,
+    hf_token_file=settings.hf_token_file, container=container, streams=settings.replication_streams,
+    verify_model=settings.verify_model,
 )

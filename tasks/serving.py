@@ -21,10 +21,10 @@ head_stopped_for_change(
 
 stack_up(
     name=f"Start every worker's stack ({ranks}, headless), fresh if the cluster changed (profile {cluster.profile_name})",
-    role="worker", stacks=stacks, ready_timeout=cluster.settings["serving_ready_timeout"],
+    role="worker", stacks=stacks, ready_timeout=cluster.settings.serving_ready_timeout,
 )
 
 stack_up(
     name=f"Start the head's stack (rank 0, the API; {parallel}) and wait for its first token (profile {cluster.profile_name})",
-    role="head", stacks=stacks, ready_timeout=cluster.settings["serving_ready_timeout"],
+    role="head", stacks=stacks, ready_timeout=cluster.settings.serving_ready_timeout,
 )

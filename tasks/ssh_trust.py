@@ -5,12 +5,13 @@ from pyinfra import host
 
 from operations.ssh_trust import authorized_senders, known_receivers
 
-user = host.data.deploy_user
+cluster = host.data.cluster
+user = cluster.deploy_user
 
 known_receivers(
     name=f"Give {user} a key and record the host keys of the nodes it logs in to at their fabric addresses",
     user=user,
-    rails=host.data.rails,
+    rails=cluster.node(host.name).rail_data,
 )
 
 authorized_senders(name=f"Authorize for {user} the keys of the nodes that log in to it", user=user)

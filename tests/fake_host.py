@@ -4,10 +4,12 @@ collected as text, the no-op description and what pyinfra's logger printed are r
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import ipaddress
 import json
 import logging
+import typing
 from contextlib import ExitStack
 from pathlib import Path
 from types import SimpleNamespace
@@ -18,7 +20,9 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.api.util import get_kwargs_str
 from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 
-from cluster import Cluster, Node, Rail
+import serving_data
+from cluster import Cluster, Image, Model, Node, Profile, Rail, Settings
+from site_config import default_settings
 
 
 def fact_key(cls) -> str:
@@ -105,14 +109,43 @@ class Printed(logging.Handler):
 
 def cluster_of(spec: dict) -> Cluster:
     """A fixture's ``"cluster"``: {"nodes": [{"hostname", "ssh_host", "rails": [{"netdev", "rdma",
-    "address": CIDR, "gid_index"?}]}], "settings": {...}, "serving": {...}}, nodes in rank order."""
+    "address": CIDR, "gid_index"?}]}], "settings": {...}, "serving": {"model", "images",
+    "profiles"}}, nodes in rank order. What it leaves out is group_data's: the settings'
+    defaults, the model, and an image or profile laid over the first one declared there."""
     nodes = tuple(
         Node(rank, node["hostname"], node["ssh_host"],
              tuple(Rail(r["netdev"], r["rdma"], ipaddress.IPv4Interface(r["address"]), r.get("gid_index", "auto")) for r in node["rails"]))
         for rank, node in enumerate(spec["nodes"])
     )
-    settings = {"topology": "direct" if len(nodes) == 2 else "switch", **spec.get("settings", {})}
-    return Cluster(Path("site.toml"), spec.get("deploy_user", "spark"), None, 22, None, nodes, settings, spec.get("serving", {}))
+    settings = {**default_settings(), "topology": "direct" if len(nodes) == 2 else "switch", **spec.get("settings", {})}
+    served, given = serving_data.defaults(), spec.get("serving", {})
+    model = {**served["model"], **given.get("model", {})}
+    if "path" in given.get("model", {}):
+        model.pop("repo"), model.pop("revision")
+    first_image, first_profile = next(iter(served["image"].values())), next(iter(served["profile"].values()))
+    images = {name: Image(**{"env": {}, "tag": f"dual-spark/{name}:fixture", **served["image"].get(name, first_image), **image})
+              for name, image in {**served["image"], **given.get("images", {})}.items()}
+    profiles = {name: Profile(**{**served["profile"].get(name, first_profile), **profile})
+                for name, profile in {**served["profile"], **given.get("profiles", {})}.items()}
+    return Cluster(Path("site.toml"), spec.get("deploy_user", "spark"), None, 22, None, nodes, Settings(**settings), Model(**model),
+                   images, profiles)
+
+
+def typed(value, hint):
+    """A fixture's JSON ``value`` as the operation's parameter ``hint`` takes it: a dataclass
+    from its object, field by field; a list of them from a list."""
+    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
+        hints = typing.get_type_hints(hint)
+        return hint(**{key: typed(item, hints[key]) for key, item in value.items()})
+    if typing.get_origin(hint) is list and isinstance(value, list):
+        (item_hint,) = typing.get_args(hint)
+        return [typed(item, item_hint) for item in value]
+    return value
+
+
+def typed_arguments(op, arguments: dict) -> dict:
+    hints = typing.get_type_hints(op._inner)
+    return {name: typed(value, hints.get(name)) for name, value in arguments.items()}
 
 
 def run_operation(op, case: dict) -> tuple[list, FakeHost]:
@@ -151,7 +184,7 @@ def run_operation(op, case: dict) -> tuple[list, FakeHost]:
         stack.enter_context(ctx_state.use(state))
         stack.enter_context(ctx_host.use(host))
         stack.enter_context(ctx_inventory.use(FakeInventory(hosts)))
-        commands = [command_text(command) for command in op._inner(**case.get("args", {}))]
+        commands = [command_text(command) for command in op._inner(**typed_arguments(op, case.get("args", {})))]
     host.printed = printed.lines
     return commands, host
 

@@ -1,7 +1,5 @@
 """The readiness checks as pure functions of the facts: what each failure says and suggests."""
 
-from types import SimpleNamespace
-
 import pytest
 
 from checks import FAIL, PASS, WARN
@@ -17,23 +15,18 @@ SERVING = {"model": MODEL, "images": {"lab-cpu": {"tag": TAG}}, "profiles": {"ad
 IMAGE_ID, DIGEST = "sha256:" + "5e" * 32, "e8" * 32
 
 
-def cluster(*names: str, serving: dict = SERVING):
-    """Nodes in rank order; rail i of rank r at 10.0.i.(r+1)."""
+def cluster(*names: str, serving: dict = SERVING, pinned: dict | None = None):
+    """Nodes in rank order; rail i of rank r at 10.0.i.(r+1); ``pinned`` {(name, rail): GID index}."""
+    pinned = pinned or {}
     return cluster_of({"nodes": [{"hostname": name, "ssh_host": f"192.168.1.{10 + rank}",
-                                  "rails": [{"netdev": netdev, "rdma": rdma, "address": f"10.0.{i}.{rank + 1}/24"}
+                                  "rails": [{"netdev": netdev, "rdma": rdma, "address": f"10.0.{i}.{rank + 1}/24",
+                                             **({"gid_index": pinned[name, i]} if (name, i) in pinned else {})}
                                             for i, (netdev, rdma) in enumerate(NETDEVS)]}
                                  for rank, name in enumerate(names)],
                        "settings": {"profile": "adaptive"}, "serving": serving})
 
 
-def node_data(cluster, name: str, **changes) -> SimpleNamespace:
-    node = cluster.node(name)
-    return SimpleNamespace(**{"cluster": cluster, "rank": node.rank, "role": node.role, "rails": node.rail_data, "fabric_mtu": 9000,
-                              "expected_link_speed_mbps": 200000, "memory_floor_gib": 95, "deploy_user": "spark", **changes})
-
-
 PAIR = cluster("spark-head", "spark-worker")
-DATA = node_data(PAIR, "spark-worker")
 
 
 def port(state, netdev, ipv4=None):
@@ -81,12 +74,12 @@ def head_reading(others: int = 1) -> dict:
 PEER = head_reading()
 
 
-def rows(name: str, data, readings: dict) -> dict:
-    return {check.item: check for check in node_checks(name, data, readings)}
+def rows(name: str, cluster, readings: dict) -> dict:
+    return {check.item: check for check in node_checks(name, cluster, readings)}
 
 
 def checks_with(**changes):
-    return rows("spark-worker", DATA, {"spark-head": PEER, "spark-worker": {**healthy(), **changes}})
+    return rows("spark-worker", PAIR, {"spark-head": PEER, "spark-worker": {**healthy(), **changes}})
 
 
 def test_a_healthy_node_passes_everything():
@@ -139,8 +132,8 @@ def test_each_failure_names_the_problem_and_the_fix(changes, item, detail, fix):
 
 
 def test_a_pinned_gid_index_that_moved_is_caught():
-    data = node_data(PAIR, "spark-worker", rails=[{**DATA.rails[0], "gid_index": 5}, DATA.rails[1]])
-    check = rows("spark-worker", data, {"spark-head": PEER, "spark-worker": healthy()})["rail 0 rocep1s0f0 RoCE"]
+    pinned = cluster("spark-head", "spark-worker", pinned={("spark-worker", 0): 5})
+    check = rows("spark-worker", pinned, {"spark-head": PEER, "spark-worker": healthy()})["rail 0 rocep1s0f0 RoCE"]
     assert check.status == FAIL and "index 3, site.toml pins 5" in check.detail and "gid_index = 3" in check.fix
 
 
@@ -173,7 +166,7 @@ def test_an_unreadable_line_is_reported_not_dropped():
 
 def test_an_unreachable_worker_is_named_and_its_rows_point_there():
     facts = {**PEER, "ssh_to": [ok(ok=False)] * 2}
-    checks = rows("spark-head", node_data(PAIR, "spark-head"), {"spark-head": facts, "spark-worker": None})
+    checks = rows("spark-head", PAIR, {"spark-head": facts, "spark-worker": None})
     assert checks["SSH to spark-worker at 10.0.0.2"].detail == "spark-worker does not answer"
     assert checks["machine id"].detail == f"{'0' * 32} (spark-worker not read)"
     assert "deploy user" not in checks and "SSH host keys" not in checks
@@ -183,17 +176,16 @@ def test_an_unreachable_worker_is_named_and_its_rows_point_there():
 
 def test_the_heads_model_row_reads_its_manifest():
     readings = {"spark-head": PEER, "spark-worker": healthy()}
-    checks = rows("spark-head", node_data(PAIR, "spark-head"), readings)
+    checks = rows("spark-head", PAIR, readings)
     assert checks["model"].status == PASS and checks["model"].detail == f"6 files, 0.00 GiB, manifest {DIGEST[:12]}"
     assert checks[f"runtime image {TAG}"].detail == f"{IMAGE_ID[:19]}, smoke-tested"
     other = cluster("spark-head", "spark-worker", serving={**SERVING, "model": {"repo": "org/name", "revision": "0" * 40}})
-    checks = rows("spark-head", node_data(other, "spark-head"), readings)
+    checks = rows("spark-head", other, readings)
     assert checks["model"].status == FAIL and checks["model"].detail == "not fetched for this source"
 
 
 def api_checks_for(api: dict, listening: list[str]) -> dict:
-    data = node_data(PAIR, "spark-head", api_host="127.0.0.1", api_port=8888)
-    return rows("spark-head", data, {"spark-head": {**PEER, "api": api, "listening": listening}, "spark-worker": healthy()})
+    return rows("spark-head", PAIR, {"spark-head": {**PEER, "api": api, "listening": listening}, "spark-worker": healthy()})
 
 
 def test_the_api_rows_say_whether_a_token_came_back_and_where_it_listens():
@@ -219,7 +211,7 @@ def four_readings(**changes) -> dict:
 
 
 def four_rows(name: str, readings: dict) -> dict:
-    return rows(name, node_data(FOUR, name), readings)
+    return rows(name, FOUR, readings)
 
 
 def test_four_healthy_nodes_pass_and_each_pings_every_other_on_every_rail():

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from cluster import Image, Model
 from operations import runtime
 from operations.runtime import fetch, paths
 from tests.fake_host import args_key, run_operation
@@ -20,8 +21,8 @@ import json, os, sys
 with open(os.environ["RECORD"], "a") as record:
     record.write(json.dumps([os.path.basename(sys.argv[0]), *sys.argv[1:]]) + "\\n")
 """
-HUB_MODEL = {"repo": "org/model", "revision": "0" * 40}
-IMAGE = {"tag": "dual-spark/x:1", "python": "/opt/env/bin/python"}
+HUB_MODEL = Model("x", "auto", repo="org/model", revision="0" * 40)
+IMAGE = Image("dual-spark/x:1", ["auto"], "/opt/env/bin/python", "vllm", {})
 NO_CONTAINER = {"mounts": [], "env": {}}
 
 
@@ -151,7 +152,7 @@ def copying(tmp_path: Path, model_dir: Path, config: bool = True):
         (source / "config.json").write_text("{}")
     where = {**paths("/s", str(model_dir)), "model_sync": str(REPO / "files/runtime/model_sync.py"),
              "progress": str(REPO / "files/runtime/progress.py"), "manifest": str(tmp_path / "manifest.json")}
-    return fetch({"path": str(source)}, "spark", where, str(model_dir), IMAGE, "http://hub", "~/t", NO_CONTAINER).args[0]
+    return fetch(Model("x", "auto", path=str(source)), "spark", where, str(model_dir), IMAGE, "http://hub", "~/t", NO_CONTAINER).args[0]
 
 
 def test_copying_into_a_directory_the_deploy_did_not_make_is_refused_and_touches_nothing(tmp_path):
@@ -278,21 +279,21 @@ def test_an_image_hop_from_a_worker_streams_from_it_to_the_next_and_tests_it_the
     state = tmp_path / "state"
     (state / "bin").mkdir(parents=True)
     shutil.copy(REPO / "files/runtime/progress.py", state / "bin/progress.py")
-    marker = runtime.smoke_marker(str(state), IMAGE["tag"])
+    marker = runtime.smoke_marker(str(state), IMAGE.tag)
     image_id = "sha256:" + "ab" * 32
     have = {"id": image_id, "size": 20, "smoke_tested": image_id, "speculative_keys": ["method"], "unreadable": []}
     result, calls = hop_from_worker1(
         tmp_path, "runtime.ImageState",
         {"image_name": "x", "image": IMAGE, "user": "spark", "state_dir": str(state), "container": NO_CONTAINER},
-        {"tag": IMAGE["tag"], "marker": marker}, have, have, {**have, "id": None, "smoke_tested": None, "speculative_keys": None})
+        {"tag": IMAGE.tag, "marker": marker}, have, have, {**have, "id": None, "smoke_tested": None, "speculative_keys": None})
     assert result.returncode == 0, result.stderr
     assert "the worker does not answer over SSH at 10.0.0.3: trying the next rail" in result.stderr
-    assert result.stdout.startswith(f"streaming {IMAGE['tag']} to spark-worker2: 28 B in "), result.stdout
+    assert result.stdout.startswith(f"streaming {IMAGE.tag} to spark-worker2: 28 B in "), result.stdout
     assert ["ssh", "head", "spark@10.0.0.2"] in calls and ["ssh", "10.0.0.2", "spark@10.0.1.3"] in calls
-    assert ["docker", "10.0.0.2", "save", IMAGE["tag"]] in calls
-    assert ["docker", "10.0.1.3", "load", f"the layers of {IMAGE['tag']}"] in calls
+    assert ["docker", "10.0.0.2", "save", IMAGE.tag] in calls
+    assert ["docker", "10.0.1.3", "load", f"the layers of {IMAGE.tag}"] in calls
     run_on_worker2 = [call for call in calls if call[:3] == ["docker", "10.0.1.3", "run"]]
-    assert len(run_on_worker2) == 1 and run_on_worker2[0][-3:] == [IMAGE["tag"], "-c", runtime.SMOKE]
+    assert len(run_on_worker2) == 1 and run_on_worker2[0][-3:] == [IMAGE.tag, "-c", runtime.SMOKE]
     assert Path(marker).read_text() == f'{image_id}\n["method", "num_speculative_tokens"]\n'  # the fields, without vLLM's log
     assert not any(call[:2] == ["docker", "head"] for call in calls)  # the head's link stays free
 
@@ -306,7 +307,7 @@ def test_a_model_hop_from_a_worker_runs_model_sync_there_as_the_deploy_user(tmp_
                                                               "os.environ.get('NODE', 'head'), *sys.argv[1:], sys.stdin.read()"))
     where = paths(str(state), "/m")
     Path(where["manifest"]).write_text('{"digest": "the head\'s manifest"}')
-    manifest = {"digest": "d" * 64, "files": 2, "bytes": 10, "source": HUB_MODEL}
+    manifest = {"digest": "d" * 64, "files": 2, "bytes": 10, "source": HUB_MODEL.source}
     done = {"exists": True, "free_bytes": 1 << 40, "manifest": None, "verified": "d" * 64, "changed": [], "token": None,
             "unreadable": []}
     result, calls = hop_from_worker1(

@@ -188,7 +188,8 @@ def test_example_site_only_lacks_the_placeholders(tmp_path):
         filled = filled.replace('"CHANGE_ME"', f'"{value}"', 1)
     site_file.write_text(filled)
     cluster = load_site(site_file)
-    assert [rail["cidr"] for rail in inventory_groups(cluster)["worker"][0][1]["rails"]] == ["10.0.0.2/24", "10.0.1.2/24"]
+    [(worker, data)] = inventory_groups(cluster)["worker"]
+    assert [rail["cidr"] for rail in data["cluster"].node(worker).rail_data] == ["10.0.0.2/24", "10.0.1.2/24"]
 
 
 
@@ -230,7 +231,7 @@ def test_four_sparks_through_a_switch_load_in_rank_order(tmp_path):
     assert [name for name, _ in groups["head"]] == ["spark-1"]
     assert [(name, data["rank"], data["role"]) for name, data in groups["worker"]] == [
         ("spark-2", 1, "worker"), ("spark-3", 2, "worker"), ("spark-4", 3, "worker")]
-    assert [rail["cidr"] for rail in groups["worker"][2][1]["rails"]] == ["192.168.100.14/24", "192.168.101.14/24"]
+    assert [rail["cidr"] for rail in cluster.node(groups["worker"][2][0]).rail_data] == ["192.168.100.14/24", "192.168.101.14/24"]
     assert all(data["cluster"] is cluster for _, data in groups["head"] + groups["worker"])
 
 
@@ -242,9 +243,10 @@ def test_explicit_ranks_order_the_nodes_whatever_the_file_order(tmp_path):
 
 
 def pair_data(site: Path) -> dict:
-    """A pair's inventory as pyinfra receives it, the Cluster object left aside."""
+    """A pair's inventory as pyinfra receives it, the Cluster object left aside but each node's rails."""
     groups = inventory_groups(load_site(site))
-    return {group: [(name, {k: v for k, v in data.items() if k != "cluster"}) for name, data in hosts] for group, hosts in groups.items()}
+    return {group: [(name, {**{k: v for k, v in data.items() if k != "cluster"}, "rails": data["cluster"].node(name).rail_data})
+                    for name, data in hosts] for group, hosts in groups.items()}
 
 
 def test_a_pair_site_of_before_loads_as_before_whatever_order_its_roles_come_in(tmp_path):

@@ -192,9 +192,9 @@ def test_a_schedule_to_max_num_seqs_within_speculative_tokens_is_taken(tmp_path)
     """The control case of the schedule's mistakes: the recipe's 7 at one request and 3 at two to four."""
     site = load(tmp_path, with_("profile.adaptive", {"speculative_tokens": 7, "speculative_schedule": [[1, 1, 7], [2, 4, 3]],
                                                      "adaptive_verification": False}))
-    profile = site.serving["profiles"]["adaptive"]
-    assert (profile["speculative_schedule"], profile["adaptive_verification"]) == ([[1, 1, 7], [2, 4, 3]], False)
-    assert load(tmp_path, with_("profile.adaptive.speculative_schedule", [[1, 4, 0]])).serving["profiles"]["adaptive"]["speculative_schedule"] == [[1, 4, 0]]
+    profile = site.profiles["adaptive"]
+    assert (profile.speculative_schedule, profile.adaptive_verification) == ([[1, 1, 7], [2, 4, 3]], False)
+    assert load(tmp_path, with_("profile.adaptive.speculative_schedule", [[1, 4, 0]])).profiles["adaptive"].speculative_schedule == [[1, 4, 0]]
 
 
 @pytest.mark.parametrize("overrides, field", [
@@ -223,7 +223,7 @@ def test_what_a_site_may_mean_is_accepted(tmp_path):
         "model_dir": "/data/models/deepseek", "stack_dir": "/etc/dual-spark-b", "api_host": "192.168.1.5", "api_public": True,
         "container_env": {"NCCL_DEBUG": "INFO"}, "host_packages": ["g++", "libnuma1"], "hf_token_file": "~/tokens/hub-token",
     }, with_("node.0.ssh_host", "spark-a.lan")))
-    assert site.settings["model_dir"] == "/data/models/deepseek"
+    assert site.settings.model_dir == "/data/models/deepseek"
 
 
 # Generated: every declared key of every table gets values of every shape.
@@ -394,4 +394,4 @@ def test_the_path_rule_allows_the_deploys_own_places(path):
                                    "/home/spark/venvs/x", "/data/shared"])
 def test_a_mount_of_programs_or_data_is_taken(tmp_path, mount):
     """The control case: what a site (and the lab: a virtualenv and the Python it was made from) mounts."""
-    assert load(tmp_path, with_("settings.container_mounts", [mount])).settings["container_mounts"] == [mount]
+    assert load(tmp_path, with_("settings.container_mounts", [mount])).settings.container_mounts == [mount]

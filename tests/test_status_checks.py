@@ -1,22 +1,24 @@
 """The status rules as pure functions of ServingStatus readings: which side a failure names, what
 the uptime and acceptance rows say, and that a failing side brings its log lines."""
 
-from types import SimpleNamespace
-
 from checks import FAIL, PASS, WARN
 from checks.status import status_checks, uptime
 from checks.table import render
+from tests.fake_host import cluster_of
 from tests.test_checks import healthy, ok
 
 PROFILES = {"adaptive": {"speculative_tokens": 3}, "fast": {"speculative_tokens": 0}}
 
 
-def data(rank: int) -> SimpleNamespace:
-    """The node of ``rank``: rail i at 10.0.i.(rank+1), as tests.test_checks.healthy reads it."""
-    rails = [{"netdev": netdev, "rdma": rdma, "address": f"10.0.{i}.{rank + 1}", "cidr": f"10.0.{i}.{rank + 1}/24", "gid_index": "auto"}
-             for i, (netdev, rdma) in enumerate([("enp1s0f0np0", "rocep1s0f0"), ("enP2p1s0f0np0", "roceP2p1s0f0")])]
-    return SimpleNamespace(role="worker" if rank else "head", rails=rails, fabric_mtu=9000, expected_link_speed_mbps=200000,
-                           profile="adaptive", profiles=PROFILES)
+def cluster(names: list[str]):
+    """The nodes in rank order, rail i of rank r at 10.0.i.(r+1) as tests.test_checks.healthy reads it;
+    profile adaptive drafting 3 tokens, fast none."""
+    return cluster_of({"nodes": [{"hostname": name, "ssh_host": f"192.168.1.{10 + rank}",
+                                  "rails": [{"netdev": netdev, "rdma": rdma, "address": f"10.0.{i}.{rank + 1}/24"}
+                                            for i, (netdev, rdma) in enumerate([("enp1s0f0np0", "rocep1s0f0"),
+                                                                                ("enP2p1s0f0np0", "roceP2p1s0f0")])]}
+                                 for rank, name in enumerate(names)],
+                       "settings": {"profile": "adaptive"}, "serving": {"profiles": PROFILES}})
 
 SESSION = "9f2c41d0" + "0" * 24
 LOG = ["RuntimeError: NCCL error: unhandled system error", "Engine core initialization failed."]
@@ -46,8 +48,8 @@ def rows(head: dict, *workers: dict | None) -> dict:
     names = ["spark-head", "spark-worker", *(f"spark-{rank + 1}" for rank in range(2, len(workers) + 1))]
     readings = {name: reading and {**reading, "links": healthy(rank)["links"], "rdma": healthy(rank)["rdma"]}
                 for rank, (name, reading) in enumerate(zip(names, (head, *workers)))}
-    checks = [check for rank, (name, reading) in enumerate(readings.items()) if reading is not None
-              for check in status_checks(name, data(rank), readings)]
+    site = cluster(names[:len(readings)])
+    checks = [check for name, reading in readings.items() if reading is not None for check in status_checks(name, site, readings)]
     return {(c.node, c.item): c for c in checks}
 
 

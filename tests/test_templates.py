@@ -1,6 +1,7 @@
 """The netplan template renders files that the real `netplan generate` accepts, and the
 networkd configuration it generates carries exactly the rails' addresses and MTU."""
 
+import dataclasses
 import hashlib
 import ipaddress
 import json
@@ -13,6 +14,7 @@ import yaml
 
 from operations.fabric import render_netplan
 from site_config import Rail
+from tests.fake_host import typed
 
 NETPLAN = shutil.which("netplan") or "/usr/sbin/netplan"
 PAIR_NETPLAN_SHA256 = "3b37fadd354fb0c762845b5312dd24cb2139f12c6462718175854e3e021503ff"  # the pair's file before the cluster
@@ -90,15 +92,21 @@ def test_netplan_generate_rejects_what_it_should(tmp_path):
     assert "prefix" in result.stderr.lower()
 
 
+def head_stack():
+    """The head's stack settings of a serving.stack_up fixture."""
+    from operations.serving import StackSettings
+
+    case = json.loads((Path(__file__).parent / "operations/serving.stack_up/head_in_place.json").read_text())
+    return typed(case["args"]["stacks"][0], StackSettings)
+
+
 def test_compose_is_serialised_so_no_value_becomes_yaml():
     """Values a site hands over land as values: a newline and YAML in an env value or a mount
     add no service key, no volume, and read back exactly as written."""
     from operations.serving import compose_file, environment
 
-    case = json.loads((Path(__file__).parent / "operations/serving.stack_up/head_in_place.json").read_text())
-    settings = case["args"]["stacks"][0]
     hostile = "1\n    pid: host\n    cap_add: [ALL]\n#"
-    settings = {**settings, "container_env": {"X": hostile}, "mounts": ["/opt/a b\n      - /:/host"]}
+    settings = dataclasses.replace(head_stack(), container_env={"X": hostile}, mounts=["/opt/a b\n      - /:/host"])
     text = compose_file(settings, environment(settings, 3), "abc", "def")
     service = yaml.safe_load(text)["services"]["vllm"]
     assert "pid" not in service and "cap_add" not in service
@@ -112,8 +120,7 @@ def test_a_dollar_in_an_environment_value_reaches_the_container_as_written():
     so the container sees the value the site gave."""
     from operations.serving import compose_file, environment
 
-    case = json.loads((Path(__file__).parent / "operations/serving.stack_up/head_in_place.json").read_text())
-    settings = {**case["args"]["stacks"][0], "container_env": {"X": "a$HOME${PATH}$$"}}
+    settings = dataclasses.replace(head_stack(), container_env={"X": "a$HOME${PATH}$$"})
     service = yaml.safe_load(compose_file(settings, environment(settings, 3), "abc", "def"))["services"]["vllm"]
     assert service["environment"]["X"] == "a$$HOME$${PATH}$$$$"
     assert all("$" not in value for name, value in service["environment"].items() if name != "X")

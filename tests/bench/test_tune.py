@@ -1,6 +1,8 @@
 """bench.tune's parts that need no cluster: which profiles it tunes, the schedule it is given, the
 site.toml snippet it writes (loaded by the deploy's own validation) and the A/B verdicts."""
 
+import dataclasses
+
 import click
 import pytest
 
@@ -21,9 +23,9 @@ def test_the_snippet_serves_the_schedule_on_top_of_the_running_profile(tmp_path)
     cluster = load_site(SITE)
     name = tune.free_name(cluster, "adaptive")
     text = tune.snippet(name, "adaptive", [[1, 1, 5], [2, 4, 3]], "measured on the pair")
-    profile = with_tables(tmp_path, text).serving["profiles"][name]
+    profile = with_tables(tmp_path, text).profiles[name]
     assert name == "adaptive-tuned" and text.startswith("# measured on the pair\n")
-    assert profile == {**cluster.serving["profiles"]["adaptive"], "speculative_schedule": [[1, 1, 5], [2, 4, 3]]}
+    assert profile == dataclasses.replace(cluster.profiles["adaptive"], speculative_schedule=[[1, 1, 5], [2, 4, 3]])
 
 
 def test_a_name_already_taken_gets_the_next_free_one(tmp_path):
@@ -43,7 +45,7 @@ def test_a_profile_without_a_fixed_length_to_measure_is_refused(tmp_path, tables
 
 
 def test_the_running_default_is_tunable():
-    assert tune.tunable(load_site(SITE), "adaptive")["speculative_tokens"] == 5
+    assert tune.tunable(load_site(SITE), "adaptive").speculative_tokens == 5
 
 
 @pytest.mark.parametrize("text", ["[[1, 1, 7], [2, 4]]", "7", "[]", "[[1, 1, 7.5]]", "[[1, 1, true]]", "1-1:7"])

@@ -33,7 +33,7 @@ def container(node) -> dict:
 def speculative_fields(node, site, image: str) -> list[str]:
     """The SpeculativeConfig fields the node's smoke test read in ``image`` (its marker's second line)."""
     cluster = load_site(site)
-    marker = smoke_marker(cluster.settings["state_dir"], cluster.serving["images"][image]["tag"])
+    marker = smoke_marker(cluster.settings.state_dir, cluster.images[image].tag)
     return json.loads((node.root / marker.lstrip("/")).read_text().splitlines()[1])
 
 

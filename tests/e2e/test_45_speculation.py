@@ -85,8 +85,8 @@ def test_the_snippet_is_a_profile_the_deploy_takes(tuned, tmp_path):
     _, _, snippet = tuned
     site = tmp_path / "site.toml"
     site.write_text(SITE.read_text() + "\n" + snippet)
-    profile = load_site(site).serving["profiles"]["adaptive-tuned"]
-    assert profile["speculative_schedule"] == SCHEDULE and profile["speculative_tokens"] == 3
+    profile = load_site(site).profiles["adaptive-tuned"]
+    assert profile.speculative_schedule == SCHEDULE and profile.speculative_tokens == 3
 
 
 def test_the_pair_serves_its_profile_again_and_a_deploy_changes_nothing(tuned):

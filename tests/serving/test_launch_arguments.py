@@ -52,7 +52,7 @@ def sites(tmp_path) -> dict[str, Path]:
 def commands(tmp_path) -> dict[str, list[str]]:
     found = {}
     for name, path in sites(tmp_path).items():
-        for profile in load_site(path).serving["profiles"]:
+        for profile in load_site(path).profiles:
             cluster = load_site(path, overrides={"profile": profile})
             for node in cluster.nodes[:3]:  # the head, a worker, and rank 2 where there is one
                 role = node.role if node.rank < 2 else f"rank{node.rank}"

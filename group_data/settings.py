@@ -1,0 +1,74 @@
+"""The settings' defaults, read into cluster.Settings (site_config.py): a site overrides them in
+`site.toml` under [settings], a single run with `pyinfra ... --data key=value`. What is served
+(model, images, profiles) is data of its own: group_data/serving.toml. (pyinfra reads
+group_data/all.py into every host's data itself; these reach the code only as the typed site.)"""
+
+# The fabric between the nodes: "direct" (two Sparks, one QSFP cable) or "switch" (2 or more, one
+# cable each into a switch, ports forced to 200G with auto-negotiation off)
+topology = "direct"
+
+# Serving
+profile = "adaptive"
+api_host = "127.0.0.1"
+api_port = 8888
+api_public = False  # a non-loopback api_host is refused unless this is true
+master_port = 25000
+watchdog_port = 25001  # each side's watchdog status, on its own fabric address
+block_size = 256
+speculative_method = "dspark"
+speculative_options = {}  # more keys of --speculative-config, e.g. {"prompt_lookup_max": 3}
+generation_config = {"temperature": 0.0, "top_p": 1.0}  # request defaults (--override-generation-config): greedy
+vllm_extra_args = []  # more `vllm serve` flags, on both nodes
+serving_ready_timeout = 1800  # seconds the deploy waits for the first generated token
+serving_env = {
+    "NCCL_NET": "IB",
+    "NCCL_IB_DISABLE": "0",
+    "NCCL_CROSS_NIC": "1",
+    "NCCL_NVLS_ENABLE": "0",
+    "VLLM_DSPARK_GPU_REJECTED_CONTEXT_MASK": "1",
+    "VLLM_USE_BREAKABLE_CUDAGRAPH": "0",
+    "VLLM_USE_B12X_MOE": "1",
+    "VLLM_USE_B12X_WO_PROJECTION": "1",
+    "TORCH_CUDA_ARCH_LIST": "12.1a",
+    "HF_HUB_OFFLINE": "1",
+}
+
+# Containers (a site without GPUs or InfiniBand devices, like the lab, overrides these)
+container_gpus = "all"
+container_devices = ["/dev/infiniband"]
+container_ulimits = {"memlock": -1, "stack": 67108864, "nofile": 1048576}
+container_mounts = []  # host paths mounted read-only, at the same path, into every runtime container
+container_env = {}  # more environment for every runtime container
+
+# Runtime artifacts: everything dual-spark keeps on the nodes lives under state_dir
+state_dir = "/var/lib/dual-spark"
+model_dir = "/var/lib/dual-spark/model"
+stack_dir = "/etc/dual-spark"
+hf_endpoint = "https://huggingface.co"
+hf_token_file = "~/.cache/huggingface/token"  # on the head, the deploy user's; only gated repositories need it
+verify_model = "size"  # "full": hash every file of the model on both nodes again
+replication_streams = 4  # parallel TCP streams per fabric rail
+show_program_diffs = False  # the diff shows each changed helper program as one line; true: its full diff
+
+# QSFP fabric
+fabric_mtu = 9000
+netplan_path = "/etc/netplan/40-dual-spark.yaml"
+expected_link_speed_mbps = 200000
+
+# Host preparation
+host_packages = [
+    "rsync",
+    "iperf3",
+    "perftest",
+    "rdma-core",
+    "ibverbs-utils",
+    "infiniband-diags",
+    "python3-venv",
+]
+memlock_limits_path = "/etc/security/limits.d/99-rdma.conf"
+memlock_systemd_path = "/etc/systemd/system.conf.d/90-rdma-memlock.conf"
+userns_sysctl_path = "/etc/sysctl.d/60-apparmor-userns.conf"
+reboot_worker = False
+
+# Verification
+memory_floor_gib = 95
