@@ -18,9 +18,10 @@ pytestmark = pytest.mark.end_to_end
 REPO = Path(__file__).resolve().parents[2]
 SIZES = [300, 1500]  # a character-sized prompt read 862 and 3,983 tokens for these on this tokenizer
 # Long enough that a group's requests overlap by construction: on 2 busy cores a thread released by
-# the group's barrier was seen to send up to 0.4 s after the first (a 48-token request lasts 0.08 s);
-# 1,024 tokens (ignore_eos) keep every request of a C4 group 2 s or more.
-MAX_TOKENS = 1024
+# the group's barrier was seen to send up to 0.4 s after the first (a 48-token request lasts 0.08 s),
+# and a C4 group of 1,024-token requests once missed overlapping by 1.4 ms; 2,048 tokens (ignore_eos,
+# within the 4,096-token window with the 1,500-token prompt) double every request's length.
+MAX_TOKENS = 2048
 
 
 @pytest.fixture(scope="module")
