@@ -275,6 +275,17 @@ def container_mount(value: str) -> str | None:
             "e.g. /opt/cuda-extras (a container runs the model's code)")
 
 
+# The devices a runtime container may be given: the fabric's and the GPU's, never a disk or memory.
+DEVICES = re.compile(r"/dev/(infiniband(/[A-Za-z0-9_.-]+)?|nvidia[A-Za-z0-9_-]*|dri(/[A-Za-z0-9_.-]+)?)")
+
+
+def container_device(value: str) -> str | None:
+    """A host device every runtime container gets (a container runs the model's code)."""
+    if absolute_path(value) or not DEVICES.fullmatch(value):
+        return "use an RDMA or GPU device: /dev/infiniband (or a device in it), /dev/nvidia*, /dev/dri"
+    return None
+
+
 MODEL_SOURCES = ("/home", "/srv", "/data", "/mnt", "/media", "/opt")
 
 
@@ -467,7 +478,7 @@ SETTINGS = {
     "serving_ready_timeout": positive(86_400, "use 1 to 86400 seconds"),
     "serving_env": env_table("serving_env"),
     "container_gpus": text(gpus),
-    "container_devices": Key(list, "use a list of device paths", item=text(lambda v: absolute_path(v) or (None if v.startswith("/dev/") else "use a device under /dev"))),
+    "container_devices": Key(list, "use a list of device paths", item=text(container_device)),
     "container_ulimits": Key(dict, "write ulimits as a table, e.g. {memlock = -1}",
                              names=text(one_of(*ULIMITS)),
                              item=Key(int, "use a whole number", between(-1, 2**62, "use -1 (unlimited) or a limit of 0 or more"))),

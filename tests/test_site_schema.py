@@ -319,6 +319,8 @@ GRAMMAR_MISTAKES = [
     (with_("settings.vllm_extra_args", ["--x=" + "a" * (1 << 20)]), "settings.vllm_extra_args[0]", "4096 characters"),
     (with_("settings.speculative_options", {"prompt_lookup_max": 2**62}), "settings.speculative_options.prompt_lookup_max", "2,147"),
     (with_("settings.speculative_options", {"x": float("inf")}), "settings.speculative_options.x", "finite"),
+    (with_("settings.container_devices", ["/dev/sda"]), "settings.container_devices[0]", "RDMA or GPU device"),
+    (with_("settings.container_devices", ["/dev/mem"]), "settings.container_devices[0]", "RDMA or GPU device"),
     (with_("settings.container_mounts", ["/etc"]), "settings.container_mounts[0]", "programs or data"),
     (with_("settings.container_mounts", ["/root"]), "settings.container_mounts[0]", "programs or data"),
     (with_("settings.container_mounts", ["/home/spark/.ssh"]), "settings.container_mounts[0]", "credentials"),
