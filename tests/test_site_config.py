@@ -299,10 +299,10 @@ def test_three_sparks_split_a_model_into_three_pipeline_stages(tmp_path):
     assert (load_site(site).tensor_parallel, load_site(site).pipeline_parallel) == (1, 3)  # TP follows: nodes / PP
 
 
-def test_the_four_node_example_is_valid_and_is_the_one_the_readme_shows():
+def test_the_four_node_example_is_valid_and_the_readme_links_it():
     example = REPO / "site.example-4.toml"
     cluster = load_site(example)
     assert [node.hostname for node in cluster.nodes] == ["spark-1", "spark-2", "spark-3", "spark-4"]
     assert cluster.topology == "switch" and (cluster.tensor_parallel, cluster.pipeline_parallel) == (4, 1)
     assert {str(rail.address.network) for node in cluster.nodes for rail in node.rails} == {"192.168.100.0/24", "192.168.101.0/24"}
-    assert example.read_text() in (REPO / "README.md").read_text()
+    assert "](site.example-4.toml)" in (REPO / "README.md").read_text()
