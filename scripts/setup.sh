@@ -7,7 +7,7 @@ LAB_PACKAGES=(debootstrap iproute2 openssh-client iputils-ping gcc netplan.io ut
 
 need_root() {
   if [ "$(id -u)" -ne 0 ]; then
-    echo "$1 needs root (network namespaces, mounts, debootstrap): run it with sudo." >&2
+    echo "$1 needs root (network namespaces, mounts, debootstrap): run it as root." >&2
     exit 1
   fi
 }
