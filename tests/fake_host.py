@@ -5,10 +5,13 @@ collected as text, the no-op description and what pyinfra's logger printed are r
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import ipaddress
 import json
 import logging
+import tempfile
+import tomllib
 import typing
 from contextlib import ExitStack
 from pathlib import Path
@@ -22,7 +25,10 @@ from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 
 import serving_data
 from cluster import Cluster, Image, Model, Node, Profile, Rail, Settings
-from site_config import default_settings
+from site_config import default_settings, load_site
+
+REPO = Path(__file__).resolve().parents[1]
+SITES = REPO / "tests" / "sites"
 
 
 def fact_key(cls) -> str:
@@ -107,6 +113,66 @@ class Printed(logging.Handler):
         self.lines.append(click.unstyle(record.getMessage()))
 
 
+def load(path: Path) -> dict:
+    """A JSON case with every ``"base"`` in it resolved (tests/test_operations.py says how)."""
+    return resolved(json.loads(path.read_text()), path.parent)
+
+
+def resolved(value, folder: Path):
+    if isinstance(value, list):
+        return [resolved(item, folder) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if "base" in value:
+        base = folder / value["base"]
+        return merged(load(base), {key: item for key, item in value.items() if key != "base"}, folder)
+    return {key: resolved(item, folder) for key, item in value.items()}
+
+
+def merged(base, patch, folder: Path):
+    """``base`` with ``patch`` merged in: key by key into objects, by index into lists, ``"*"``
+    into every value of an object; any other value replaces."""
+    if not isinstance(patch, dict) or "base" in patch or not isinstance(base, (dict, list)):
+        return resolved(patch, folder)
+    out = dict(base) if isinstance(base, dict) else list(base)
+    for key, change in patch.items():
+        if isinstance(out, list):
+            targets = [int(key)]
+        else:
+            targets = list(out) if key == "*" else [key]
+        for target in targets:
+            known = isinstance(out, list) or target in out
+            out[target] = merged(out[target], change, folder) if known else resolved(change, folder)
+    return out
+
+
+def toml(value) -> str:
+    """A TOML value, tables inline."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(key)} = {toml(item)}" for key, item in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml(item) for item in value) + "]"
+    return json.dumps(value)
+
+
+def site(name: str, settings: dict | None = None, tables: dict | None = None) -> Cluster:
+    """The cluster of tests/sites/<name>.toml, parsed as the inventory parses a site: ``tables``
+    laid over the file's tables (merged as a case's patch), ``settings`` given as --data."""
+    return _site(name, json.dumps(settings or {}), json.dumps(tables or {}))
+
+
+@functools.cache
+def _site(name: str, settings: str, tables: str) -> Cluster:
+    path = SITES / f"{name}.toml"
+    if tables == "{}":
+        return load_site(path, json.loads(settings))
+    raw = merged(tomllib.loads(path.read_text()), json.loads(tables), SITES)
+    with tempfile.TemporaryDirectory() as directory:
+        patched = Path(directory) / path.name
+        patched.write_text("".join(f"{json.dumps(key)} = {toml(value)}\n" for key, value in raw.items()))
+        return load_site(patched, json.loads(settings))
+
+
 def cluster_of(spec: dict) -> Cluster:
     """A fixture's ``"cluster"``: {"nodes": [{"hostname", "ssh_host", "rails": [{"netdev", "rdma",
     "address": CIDR, "gid_index"?}]}], "settings": {...}, "serving": {"model", "images",
@@ -187,7 +253,3 @@ def run_operation(op, case: dict) -> tuple[list, FakeHost]:
         commands = [command_text(command) for command in op._inner(**typed_arguments(op, case.get("args", {})))]
     host.printed = printed.lines
     return commands, host
-
-
-def load(path) -> dict:
-    return json.loads(path.read_text())

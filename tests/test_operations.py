@@ -18,42 +18,10 @@ from pathlib import Path
 import pytest
 from pyinfra.api import OperationError
 
-from tests.fake_host import run_operation
+from tests.fake_host import load, run_operation
 
 HERE = Path(__file__).parent
 FIXTURES = sorted((HERE / "operations").glob("*/*.json"))
-
-
-def load(path: Path) -> dict:
-    """A case with every ``"base"`` in it resolved."""
-    return resolved(json.loads(path.read_text()), path.parent)
-
-
-def resolved(value, folder: Path):
-    if isinstance(value, list):
-        return [resolved(item, folder) for item in value]
-    if not isinstance(value, dict):
-        return value
-    if "base" in value:
-        base = folder / value["base"]
-        return merged(load(base), {key: item for key, item in value.items() if key != "base"}, folder)
-    return {key: resolved(item, folder) for key, item in value.items()}
-
-
-def merged(base, patch, folder: Path):
-    """``base`` with ``patch`` merged in (see the module's docstring)."""
-    if not isinstance(patch, dict) or "base" in patch or not isinstance(base, (dict, list)):
-        return resolved(patch, folder)
-    out = dict(base) if isinstance(base, dict) else list(base)
-    for key, change in patch.items():
-        if isinstance(out, list):
-            targets = [int(key)]
-        else:
-            targets = list(out) if key == "*" else [key]
-        for target in targets:
-            known = isinstance(out, list) or target in out
-            out[target] = merged(out[target], change, folder) if known else resolved(change, folder)
-    return out
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=lambda path: f"{path.parent.name}/{path.stem}")
