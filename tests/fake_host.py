@@ -1,18 +1,25 @@
 """A small fake host for testing operations without one, in the manner of pyinfra's own
 tests/util.py: facts come from a fixture (by fact name, then by arguments), commands are
-collected as text, the no-op description and what pyinfra's logger printed are recorded."""
+collected as text, the no-op description and what pyinfra's logger printed are recorded. The
+cluster is a site file of tests/sites/ through the real parse, the operation's arguments those its
+task gives it."""
 
 from __future__ import annotations
 
-import dataclasses
+import functools
 import hashlib
-import ipaddress
+import importlib
+import inspect
 import json
 import logging
-import typing
+import re
+import runpy
+import tempfile
+import tomllib
 from contextlib import ExitStack
 from pathlib import Path
 from types import SimpleNamespace
+from unittest import mock
 
 import click
 from pyinfra import logger
@@ -20,9 +27,11 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, StringCommand
 from pyinfra.api.util import get_kwargs_str
 from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 
-import serving_data
-from cluster import Cluster, Image, Model, Node, Profile, Rail, Settings
-from site_config import default_settings
+from cluster import Cluster
+from site_config import inventory_groups, load_site
+
+REPO = Path(__file__).resolve().parents[1]
+SITES = REPO / "tests" / "sites"
 
 
 def fact_key(cls) -> str:
@@ -97,61 +106,131 @@ def command_text(command) -> str | list:
 
 
 class Printed(logging.Handler):
-    """The lines pyinfra's logger prints, without colour."""
+    """The lines pyinfra's logger prints, without colour, the repository written ``<repo>``."""
 
     def __init__(self):
         super().__init__()
         self.lines: list[str] = []
 
     def emit(self, record: logging.LogRecord) -> None:
-        self.lines.append(click.unstyle(record.getMessage()))
+        self.lines.append(click.unstyle(record.getMessage()).replace(str(REPO), "<repo>"))
 
 
-def cluster_of(spec: dict) -> Cluster:
-    """A fixture's ``"cluster"``: {"nodes": [{"hostname", "ssh_host", "rails": [{"netdev", "rdma",
-    "address": CIDR, "gid_index"?}]}], "settings": {...}, "serving": {"model", "images",
-    "profiles"}}, nodes in rank order. What it leaves out is group_data's: the settings'
-    defaults, the model, and an image or profile laid over the first one declared there."""
-    nodes = tuple(
-        Node(rank, node["hostname"], node["ssh_host"],
-             tuple(Rail(r["netdev"], r["rdma"], ipaddress.IPv4Interface(r["address"]), r.get("gid_index", "auto")) for r in node["rails"]))
-        for rank, node in enumerate(spec["nodes"])
-    )
-    settings = {**default_settings(), "topology": "direct" if len(nodes) == 2 else "switch", **spec.get("settings", {})}
-    served, given = serving_data.defaults(), spec.get("serving", {})
-    model = {**served["model"], **given.get("model", {})}
-    if "path" in given.get("model", {}):
-        model.pop("repo"), model.pop("revision")
-    first_image, first_profile = next(iter(served["image"].values())), next(iter(served["profile"].values()))
-    images = {name: Image(**{"env": {}, "tag": f"dual-spark/{name}:fixture", **served["image"].get(name, first_image), **image})
-              for name, image in {**served["image"], **given.get("images", {})}.items()}
-    profiles = {name: Profile(**{**served["profile"].get(name, first_profile), **profile})
-                for name, profile in {**served["profile"], **given.get("profiles", {})}.items()}
-    return Cluster(Path("site.toml"), spec.get("deploy_user", "spark"), None, 22, None, nodes, Settings(**settings), Model(**model),
-                   images, profiles)
+def load(path: Path) -> dict:
+    """A JSON case with every ``"base"`` in it resolved (tests/test_operations.py says how)."""
+    return resolved(json.loads(path.read_text()), path.parent)
 
 
-def typed(value, hint):
-    """A fixture's JSON ``value`` as the operation's parameter ``hint`` takes it: a dataclass
-    from its object, field by field; a list of them from a list."""
-    if dataclasses.is_dataclass(hint) and isinstance(value, dict):
-        hints = typing.get_type_hints(hint)
-        return hint(**{key: typed(item, hints[key]) for key, item in value.items()})
-    if typing.get_origin(hint) is list and isinstance(value, list):
-        (item_hint,) = typing.get_args(hint)
-        return [typed(item, item_hint) for item in value]
-    return value
+def resolved(value, folder: Path):
+    if isinstance(value, list):
+        return [resolved(item, folder) for item in value]
+    if not isinstance(value, dict):
+        return value
+    if "base" in value:
+        base = folder / value["base"]
+        return merged(load(base), {key: item for key, item in value.items() if key != "base"}, folder)
+    return {key: resolved(item, folder) for key, item in value.items()}
 
 
-def typed_arguments(op, arguments: dict) -> dict:
-    hints = typing.get_type_hints(op._inner)
-    return {name: typed(value, hints.get(name)) for name, value in arguments.items()}
+def merged(base, patch, folder: Path):
+    """``base`` with ``patch`` merged in: key by key into objects, by index into lists, ``"*"``
+    into every value of an object; any other value replaces."""
+    if not isinstance(patch, dict) or "base" in patch or not isinstance(base, (dict, list)):
+        return resolved(patch, folder)
+    out = dict(base) if isinstance(base, dict) else list(base)
+    for key, change in patch.items():
+        if isinstance(out, list):
+            targets = [int(key)]
+        else:
+            targets = list(out) if key == "*" else [key]
+        for target in targets:
+            known = isinstance(out, list) or target in out
+            out[target] = merged(out[target], change, folder) if known else resolved(change, folder)
+    return out
+
+
+def toml(value) -> str:
+    """A TOML value, tables inline."""
+    if isinstance(value, dict):
+        return "{ " + ", ".join(f"{json.dumps(key)} = {toml(item)}" for key, item in value.items()) + " }"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml(item) for item in value) + "]"
+    return json.dumps(value)
+
+
+def site(name: str, settings: dict | None = None, tables: dict | None = None) -> Cluster:
+    """The cluster of tests/sites/<name>.toml, parsed as the inventory parses a site: ``tables``
+    laid over the file's tables (merged as a case's patch), ``settings`` given as --data."""
+    return _site(name, json.dumps(settings or {}), json.dumps(tables or {}))
+
+
+@functools.cache
+def _site(name: str, settings: str, tables: str) -> Cluster:
+    path = SITES / f"{name}.toml"
+    if tables == "{}":
+        return load_site(path, json.loads(settings))
+    raw = merged(tomllib.loads(path.read_text()), json.loads(tables), SITES)
+    with tempfile.TemporaryDirectory() as directory:
+        patched = Path(directory) / path.name
+        patched.write_text("".join(f"{json.dumps(key)} = {toml(value)}\n" for key, value in raw.items()))
+        return load_site(patched, json.loads(settings))
+
+
+def operations():
+    """Every operation of the project: (its module, its name, the operation)."""
+    for path in sorted((REPO / "operations").glob("*.py")):
+        module = importlib.import_module(f"operations.{path.stem}")
+        for name, value in vars(module).items():
+            if callable(value) and hasattr(value, "_inner") and inspect.getmodule(value._inner) is module:
+                yield module, name, value
+
+
+def recorder(name: str, calls: list):
+    """An operation that only records how it was called."""
+    return lambda **arguments: calls.append((name, arguments))
+
+
+def task_arguments(op, given: dict) -> dict:
+    """The arguments the task that calls ``op`` (tasks/*.py) gives it on this host, ``name`` aside:
+    the task runs with every operation recorded, none run. Of a task that calls it more than once,
+    the call whose text and number arguments agree with ``given``."""
+    module, name = op._inner.__module__, op._inner.__name__
+    calls = []
+    with ExitStack() as stack:
+        for owner, other, _ in operations():
+            stack.enter_context(mock.patch.object(owner, other, recorder(other, calls)))
+        for task in sorted((REPO / "tasks").glob("*.py")):
+            if re.search(rf"^from {re.escape(module)} import .*\b{name}\b", task.read_text(), re.MULTILINE):
+                runpy.run_path(str(task))
+    found = [{key: value for key, value in arguments.items() if key != "name"} for called, arguments in calls if called == name]
+    if len(found) > 1:
+        found = [arguments for arguments in found
+                 if all(arguments[key] == value for key, value in given.items() if isinstance(value, (str, int)) and key in arguments)]
+    (arguments,) = found
+    return arguments
+
+
+def fake_hosts(case: dict, state) -> dict[str, FakeHost]:
+    """Every node of the case's site as a host: its inventory data, its facts (``"facts"`` by
+    hostname); a node in ``"unreachable"`` does not answer, one in ``"failed"`` failed that step."""
+    cluster = site(case["site"], case.get("settings"), case.get("tables"))
+    hosts = {}
+    for name, data in (node for group in inventory_groups(cluster).values() for node in group):
+        reachable = name not in case.get("unreachable", [])
+        hosts[name] = FakeHost(name, data, case.get("facts", {}).get(name, {}), state, connected=reachable)
+        if not reachable:
+            state.failed_hosts.add(hosts[name])
+        if name in case.get("failed", {}):  # it answers, but a step of this run failed on it
+            state.failed_hosts.add(hosts[name])
+            failed = SimpleNamespace(is_complete=lambda: True, did_succeed=lambda: False)
+            state.ops[hosts[name]] = {case["failed"][name]: SimpleNamespace(operation_meta=failed)}
+    return hosts
 
 
 def run_operation(op, case: dict) -> tuple[list, FakeHost]:
-    """Run an operation's generator against the fixture's host and the other nodes (``"peer"``,
-    then ``"others"``), with the fixture's ``"cluster"`` in every node's data, diffs on if the
-    case says ``"diff": true``; its commands, and the host with what was printed (``host.printed``)."""
+    """Run an operation's generator on the case's ``"host"`` with the arguments its task gives it
+    there, ``"args"`` laid over them; diffs on if the case says ``"diff": true``. Its commands, and
+    the host with what was printed (``host.printed``)."""
     state = SimpleNamespace(
         is_executing=case.get("executing", False),
         failed_hosts=set(),
@@ -161,20 +240,8 @@ def run_operation(op, case: dict) -> tuple[list, FakeHost]:
         ops={},
         get_op_meta=lambda op_hash: SimpleNamespace(names={op_hash}),
     )
-    common = {"cluster": cluster_of(case["cluster"])} if "cluster" in case else {}
-    host_case = case["host"]
-    host = FakeHost(host_case["name"], {**common, **host_case.get("data", {})}, host_case.get("facts", {}), state)
-    hosts = {host.name: host}
-    for other in ([case["peer"]] if "peer" in case else []) + case.get("others", []):
-        reachable = other.get("reachable", True)
-        peer = FakeHost(other["name"], {**common, **other.get("data", {})}, other.get("facts", {}), state, connected=reachable)
-        hosts[peer.name] = peer
-        if not reachable:
-            state.failed_hosts.add(peer)
-        if "failed_step" in other:  # it answers, but a step of this run failed on it
-            state.failed_hosts.add(peer)
-            failed = SimpleNamespace(is_complete=lambda: True, did_succeed=lambda: False)
-            state.ops[peer] = {other["failed_step"]: SimpleNamespace(operation_meta=failed)}
+    hosts = fake_hosts(case, state)
+    host = hosts[case["host"]]
     printed = Printed()
     with ExitStack() as stack:
         logger.addHandler(printed)
@@ -184,10 +251,8 @@ def run_operation(op, case: dict) -> tuple[list, FakeHost]:
         stack.enter_context(ctx_state.use(state))
         stack.enter_context(ctx_host.use(host))
         stack.enter_context(ctx_inventory.use(FakeInventory(hosts)))
-        commands = [command_text(command) for command in op._inner(**typed_arguments(op, case.get("args", {})))]
+        given = case.get("args", {})
+        arguments = {**task_arguments(op, given), **given}
+        commands = [command_text(command) for command in op._inner(**arguments)]
     host.printed = printed.lines
     return commands, host
-
-
-def load(path) -> dict:
-    return json.loads(path.read_text())

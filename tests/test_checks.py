@@ -6,27 +6,11 @@ from checks import FAIL, PASS, WARN
 from checks.fabric import active_ports_elsewhere, controller_of
 from checks.node import node_checks, unreachable
 from checks.table import render
-from tests.fake_host import cluster_of
+from tests.fake_host import site
 
-TAG = "dual-spark/lab-cpu:f24f0f86b830"
-MODEL = {"path": "/srv/lab-models/tiny-llama", "served_name": "tiny"}
-NETDEVS = [("enp1s0f0np0", "rocep1s0f0"), ("enP2p1s0f0np0", "roceP2p1s0f0")]
-SERVING = {"model": MODEL, "images": {"lab-cpu": {"tag": TAG}}, "profiles": {"adaptive": {"image": "lab-cpu"}}}
+PAIR = site("lab-pair")  # rail i of rank r at 10.0.i.(r+1), as healthy() reads it
+TAG = PAIR.image.tag
 IMAGE_ID, DIGEST = "sha256:" + "5e" * 32, "e8" * 32
-
-
-def cluster(*names: str, serving: dict = SERVING, pinned: dict | None = None):
-    """Nodes in rank order; rail i of rank r at 10.0.i.(r+1); ``pinned`` {(name, rail): GID index}."""
-    pinned = pinned or {}
-    return cluster_of({"nodes": [{"hostname": name, "ssh_host": f"192.168.1.{10 + rank}",
-                                  "rails": [{"netdev": netdev, "rdma": rdma, "address": f"10.0.{i}.{rank + 1}/24",
-                                             **({"gid_index": pinned[name, i]} if (name, i) in pinned else {})}
-                                            for i, (netdev, rdma) in enumerate(NETDEVS)]}
-                                 for rank, name in enumerate(names)],
-                       "settings": {"profile": "adaptive"}, "serving": serving})
-
-
-PAIR = cluster("spark-head", "spark-worker")
 
 
 def port(state, netdev, ipv4=None):
@@ -68,7 +52,7 @@ def healthy(rank: int = 1, others: int = 1, ssh: int = 0) -> dict:
 def head_reading(others: int = 1) -> dict:
     return {**healthy(0, others, 2 * others),
             "model": ok(exists=True, free_bytes=1 << 40, verified=None, changed=[], token=None,
-                        manifest={"digest": DIGEST, "files": 6, "bytes": 706289, "source": {"path": MODEL["path"]}})}
+                        manifest={"digest": DIGEST, "files": 6, "bytes": 706289, "source": PAIR.model.source})}
 
 
 PEER = head_reading()
@@ -132,7 +116,7 @@ def test_each_failure_names_the_problem_and_the_fix(changes, item, detail, fix):
 
 
 def test_a_pinned_gid_index_that_moved_is_caught():
-    pinned = cluster("spark-head", "spark-worker", pinned={("spark-worker", 0): 5})
+    pinned = site("lab-pair", tables={"node": {"1": {"rail": {"0": {"gid_index": 5}}}}})
     check = rows("spark-worker", pinned, {"spark-head": PEER, "spark-worker": healthy()})["rail 0 rocep1s0f0 RoCE"]
     assert check.status == FAIL and "index 3, site.toml pins 5" in check.detail and "gid_index = 3" in check.fix
 
@@ -179,7 +163,7 @@ def test_the_heads_model_row_reads_its_manifest():
     checks = rows("spark-head", PAIR, readings)
     assert checks["model"].status == PASS and checks["model"].detail == f"6 files, 0.00 GiB, manifest {DIGEST[:12]}"
     assert checks[f"runtime image {TAG}"].detail == f"{IMAGE_ID[:19]}, smoke-tested"
-    other = cluster("spark-head", "spark-worker", serving={**SERVING, "model": {"repo": "org/name", "revision": "0" * 40}})
+    other = site("pair", tables={"model": {"repo": "org/name", "revision": "0" * 40}})
     checks = rows("spark-head", other, readings)
     assert checks["model"].status == FAIL and checks["model"].detail == "not fetched for this source"
 
@@ -199,7 +183,7 @@ def test_the_api_rows_say_whether_a_token_came_back_and_where_it_listens():
     assert checks["API exposure"].status == FAIL and "198.51.100.11" in checks["API exposure"].detail
 
 
-FOUR = cluster("spark-head", "spark-worker1", "spark-worker2", "spark-worker3")
+FOUR = site("lab-four")
 
 
 def four_readings(**changes) -> dict:

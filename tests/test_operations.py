@@ -1,59 +1,34 @@
 """Data-driven operation tests, as pyinfra tests its own: tests/operations/<module>.<operation>/
-<case>.json holds the arguments, the host and the other nodes ("peer", "others") with the facts
-the operation reads, the "cluster" they form, and the commands it must yield, or the no-op
-description, or the error it must raise; with "diff": true, also the lines the diff prints
-("printed").
+<case>.json holds what its case is about and what the operation must do: the commands it yields,
+or with none its no-op description (``"noop"``), or the error it raises (``"exception"``);
+``"printed"``: the lines pyinfra's logger prints (the repository written ``<repo>``).
+
+- ``"site"``: a file of tests/sites/, parsed as the inventory parses a site; ``"settings"`` are
+  given as --data, ``"tables"`` laid over the file's own ([model], [profile.NAME], [[node]]...).
+- ``"host"``: the node the operation runs on, with the arguments its task (tasks/*.py) gives it
+  there; ``"args"`` gives only what no site holds (``"role"`` picks one of a task's calls).
+- ``"facts"``: what each node reads, by hostname, fact, then pyinfra's rendering of the fact's
+  arguments; ``"unreachable"``: the nodes that do not answer; ``"failed"``: a node's failed step;
+  ``"executing"``: the changes run (not change detection); ``"diff"``: diffs are shown.
 
 A case need not repeat another: any object in it may name a ``"base"`` (a JSON file, relative to
-the case's folder; shared parts that are no case of their own live in a subfolder) and stands for
-that file with the rest of the object merged in. Merging goes key by key into objects, by index
-(``"3"``) into lists, and ``"*"`` into every value of an object (e.g. a fact's reading whatever
-its arguments); any other value replaces. So a change of shape is one edit in the base."""
+the case's folder) and stands for that file with the rest of the object merged in: key by key into
+objects, by index (``"3"``) into lists, ``"*"`` into every value of an object (a fact's reading
+whatever its arguments); any other value replaces. A name starting with ``_`` is no case: a
+folder's ``_<site>.json`` holds the readings most of its cases share, ``_readings/`` a reading
+several share, ``_serving/`` what both serving folders share."""
 
 import importlib
-import inspect
 import json
 from pathlib import Path
 
 import pytest
 from pyinfra.api import OperationError
 
-from tests.fake_host import run_operation
+from tests.fake_host import load, operations, run_operation
 
 HERE = Path(__file__).parent
-FIXTURES = sorted((HERE / "operations").glob("*/*.json"))
-
-
-def load(path: Path) -> dict:
-    """A case with every ``"base"`` in it resolved."""
-    return resolved(json.loads(path.read_text()), path.parent)
-
-
-def resolved(value, folder: Path):
-    if isinstance(value, list):
-        return [resolved(item, folder) for item in value]
-    if not isinstance(value, dict):
-        return value
-    if "base" in value:
-        base = folder / value["base"]
-        return merged(load(base), {key: item for key, item in value.items() if key != "base"}, folder)
-    return {key: resolved(item, folder) for key, item in value.items()}
-
-
-def merged(base, patch, folder: Path):
-    """``base`` with ``patch`` merged in (see the module's docstring)."""
-    if not isinstance(patch, dict) or "base" in patch or not isinstance(base, (dict, list)):
-        return resolved(patch, folder)
-    out = dict(base) if isinstance(base, dict) else list(base)
-    for key, change in patch.items():
-        if isinstance(out, list):
-            targets = [int(key)]
-        else:
-            targets = list(out) if key == "*" else [key]
-        for target in targets:
-            known = isinstance(out, list) or target in out
-            out[target] = merged(out[target], change, folder) if known else resolved(change, folder)
-    return out
+FIXTURES = sorted((HERE / "operations").glob("[!_]*/[!_]*.json"))
 
 
 @pytest.mark.parametrize("fixture", FIXTURES, ids=lambda path: f"{path.parent.name}/{path.stem}")
@@ -76,25 +51,22 @@ def test_operation(fixture):
 
 def test_every_operation_has_fixtures():
     covered = {path.parent.name for path in FIXTURES}
-    for path in sorted((HERE.parent / "operations").glob("*.py")):
-        module = importlib.import_module(f"operations.{path.stem}")
-        for name, value in vars(module).items():
-            if callable(value) and hasattr(value, "_inner") and inspect.getmodule(value._inner) is module:
-                assert f"{path.stem}.{name}" in covered, f"no fixture for operations.{path.stem}.{name}"
+    for module, name, _ in operations():
+        assert f"{module.__name__.split('.')[-1]}.{name}" in covered, f"no fixture for {module.__name__}.{name}"
 
 
 def test_a_case_is_its_base_with_the_rest_merged_in(tmp_path):
     (tmp_path / "parts").mkdir()
     (tmp_path / "parts" / "reading.json").write_text(json.dumps({"pings": [{"received": 3}, {"received": 3}], "mtu": 9000}))
     (tmp_path / "base.json").write_text(json.dumps({
-        "host": {"name": "a", "facts": {"Fact": {"x=1": {"base": "parts/reading.json"}, "x=2": {"base": "parts/reading.json"}}}},
+        "host": "a", "facts": {"a": {"Fact": {"x=1": {"base": "parts/reading.json"}, "x=2": {"base": "parts/reading.json"}}}},
         "commands": ["one"]}))
     (tmp_path / "case.json").write_text(json.dumps({
         "base": "base.json", "commands": [],
-        "host": {"facts": {"Fact": {"*": {"pings": {"1": {"received": 0}}}, "x=3": {"base": "parts/reading.json", "mtu": 1500}}}}}))
+        "facts": {"a": {"Fact": {"*": {"pings": {"1": {"received": 0}}}, "x=3": {"base": "parts/reading.json", "mtu": 1500}}}}}))
     case = load(tmp_path / "case.json")
-    assert case["commands"] == [] and case["host"]["name"] == "a"
-    facts = case["host"]["facts"]["Fact"]
+    assert case["commands"] == [] and case["host"] == "a"
+    facts = case["facts"]["a"]["Fact"]
     assert facts["x=1"] == facts["x=2"] == {"pings": [{"received": 3}, {"received": 0}], "mtu": 9000}
     assert facts["x=3"] == {"pings": [{"received": 3}, {"received": 3}], "mtu": 1500}
     assert "base" not in json.dumps(load(tmp_path / "base.json"))

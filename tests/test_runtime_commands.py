@@ -242,18 +242,13 @@ elif args[0] == "run":
 with open(os.environ["RECORD"], "a") as record:
     record.write(json.dumps(call) + "\\n")
 """
-THREE = {"nodes": [{"hostname": name, "ssh_host": f"192.168.1.{10 + rank}", "rails": [
-    {"netdev": "enp1s0f0np0", "rdma": "rocep1s0f0", "address": f"10.0.0.{rank + 1}/24"},
-    {"netdev": "enP2p1s0f0np0", "rdma": "roceP2p1s0f0", "address": f"10.0.1.{rank + 1}/24"}]}
-    for rank, name in enumerate(["spark-head", "spark-worker1", "spark-worker2"])]}
 
 
 def chain_case(fact: str, args: dict, fact_args: dict, head: dict, worker1: dict, worker2: dict) -> dict:
+    """Four nodes: the head, worker1 and worker2 reading as given, worker3 as worker1 (it has it)."""
     key = args_key(fact_args)
-    return {"cluster": THREE, "args": args,
-            "host": {"name": "spark-head", "data": {"role": "head"}, "facts": {fact: {key: head}}},
-            "peer": {"name": "spark-worker1", "facts": {fact: {key: worker1}}},
-            "others": [{"name": "spark-worker2", "facts": {fact: {key: worker2}}}]}
+    readings = {"spark-head": head, "spark-worker1": worker1, "spark-worker2": worker2, "spark-worker3": worker1}
+    return {"site": "four", "host": "spark-head", "args": args, "facts": {name: {fact: {key: reading}} for name, reading in readings.items()}}
 
 
 def hop_from_worker1(tmp_path: Path, fact: str, args: dict, fact_args: dict, head: dict, worker1: dict, worker2: dict):

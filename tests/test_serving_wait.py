@@ -13,7 +13,7 @@ from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.context import ctx_inventory, ctx_state
 
 from operations.serving import first_token
-from tests.fake_host import FakeHost, FakeInventory, cluster_of, load
+from tests.fake_host import FakeHost, FakeInventory, fake_hosts, load
 
 FIXTURE = Path(__file__).parent / "operations/status.status/worker_stopped.json"
 NO_ANSWER = {"ok": False, "model": None, "max_model_len": None, "status": None, "seconds": 300.4,
@@ -23,8 +23,8 @@ NO_ANSWER = {"ok": False, "model": None, "max_model_len": None, "status": None, 
 class Head(FakeHost):
     """The head as the step runs there: the probe's exit status and output, what the step logs."""
 
-    def __init__(self, case: dict, data: dict, state, answer: dict, status: bool):
-        super().__init__(case["name"], data, case["facts"], state)
+    def __init__(self, node: FakeHost, answer: dict, status: bool):
+        super().__init__(node.name, vars(node.data), node.facts, node.state)
         self.answer, self.status, self.logged = answer, status, []
 
     def run_shell_command(self, command, **kwargs):
@@ -35,11 +35,10 @@ class Head(FakeHost):
 
 
 def wait(answer: dict, status: bool) -> tuple[bool, Head]:
-    case = load(FIXTURE)
     state = SimpleNamespace(failed_hosts=set(), ops={})
-    cluster = cluster_of(case["cluster"])
-    head = Head(case["host"], {**case["host"]["data"], "cluster": cluster}, state, answer, status)
-    worker = FakeHost(case["peer"]["name"], {**case["peer"]["data"], "cluster": cluster}, case["peer"]["facts"], state)
+    nodes = fake_hosts(load(FIXTURE), state)
+    head = Head(nodes["spark-head"], answer, status)
+    worker = nodes["spark-worker"]
     state.inventory = FakeInventory({head.name: head, worker.name: worker})
     with ExitStack() as stack:
         stack.enter_context(ctx_state.use(state))

@@ -4,21 +4,17 @@ the uptime and acceptance rows say, and that a failing side brings its log lines
 from checks import FAIL, PASS, WARN
 from checks.status import status_checks, uptime
 from checks.table import render
-from tests.fake_host import cluster_of
+from tests.fake_host import site
 from tests.test_checks import healthy, ok
 
 PROFILES = {"adaptive": {"speculative_tokens": 3}, "fast": {"speculative_tokens": 0}}
 
 
-def cluster(names: list[str]):
-    """The nodes in rank order, rail i of rank r at 10.0.i.(r+1) as tests.test_checks.healthy reads it;
-    profile adaptive drafting 3 tokens, fast none."""
-    return cluster_of({"nodes": [{"hostname": name, "ssh_host": f"192.168.1.{10 + rank}",
-                                  "rails": [{"netdev": netdev, "rdma": rdma, "address": f"10.0.{i}.{rank + 1}/24"}
-                                            for i, (netdev, rdma) in enumerate([("enp1s0f0np0", "rocep1s0f0"),
-                                                                                ("enP2p1s0f0np0", "roceP2p1s0f0")])]}
-                                 for rank, name in enumerate(names)],
-                       "settings": {"profile": "adaptive"}, "serving": {"profiles": PROFILES}})
+def cluster(size: int):
+    """The pair, or four nodes (spark-head, spark-worker, spark-3, spark-4); rail i of rank r at
+    10.0.i.(r+1) as tests.test_checks.healthy reads it; profile adaptive drafting 3 tokens, fast none."""
+    return site("pair" if size == 2 else "four-grown", tables={"profile": PROFILES})
+
 
 SESSION = "9f2c41d0" + "0" * 24
 LOG = ["RuntimeError: NCCL error: unhandled system error", "Engine core initialization failed."]
@@ -48,8 +44,8 @@ def rows(head: dict, *workers: dict | None) -> dict:
     names = ["spark-head", "spark-worker", *(f"spark-{rank + 1}" for rank in range(2, len(workers) + 1))]
     readings = {name: reading and {**reading, "links": healthy(rank)["links"], "rdma": healthy(rank)["rdma"]}
                 for rank, (name, reading) in enumerate(zip(names, (head, *workers)))}
-    site = cluster(names[:len(readings)])
-    checks = [check for name, reading in readings.items() if reading is not None for check in status_checks(name, site, readings)]
+    nodes = cluster(len(readings))
+    checks = [check for name, reading in readings.items() if reading is not None for check in status_checks(name, nodes, readings)]
     return {(c.node, c.item): c for c in checks}
 
 

@@ -4,7 +4,6 @@ networkd configuration it generates carries exactly the rails' addresses and MTU
 import dataclasses
 import hashlib
 import ipaddress
-import json
 import shutil
 import subprocess
 from pathlib import Path
@@ -14,7 +13,7 @@ import yaml
 
 from operations.fabric import render_netplan
 from site_config import Rail
-from tests.fake_host import typed
+from tests.fake_host import site
 
 NETPLAN = shutil.which("netplan") or "/usr/sbin/netplan"
 PAIR_NETPLAN_SHA256 = "3b37fadd354fb0c762845b5312dd24cb2139f12c6462718175854e3e021503ff"  # the pair's file before the cluster
@@ -93,11 +92,10 @@ def test_netplan_generate_rejects_what_it_should(tmp_path):
 
 
 def head_stack():
-    """The head's stack settings of a serving.stack_up fixture."""
-    from operations.serving import StackSettings
+    """The head's stack settings of the pair."""
+    from operations.serving import stack_settings
 
-    case = json.loads((Path(__file__).parent / "operations/serving.stack_up/head_in_place.json").read_text())
-    return typed(case["args"]["stacks"][0], StackSettings)
+    return stack_settings(site("pair"), "spark-head")
 
 
 def test_compose_is_serialised_so_no_value_becomes_yaml():

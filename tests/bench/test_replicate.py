@@ -4,7 +4,7 @@ carried between two readings against the 1.05x bound, and the sends it runs (a p
 from pathlib import Path
 
 from bench.replicate import LINK_BOUND, SCRATCH, carried, chain_lines, chain_record, link_bytes, send
-from tests.fake_host import cluster_of
+from tests.fake_host import site
 
 FIXTURES = Path(__file__).parent / "fixtures"
 RAILS = ["enp1s0f1np1", "enP2p1s0f1np1"]
@@ -47,9 +47,7 @@ def test_the_head_sending_to_every_worker_is_over_the_bound():
     assert "over the 1.05x bound" in chain_lines(chain, size)[-1]
 
 
-FOUR = cluster_of({"nodes": [{"hostname": f"n{rank}", "ssh_host": f"192.168.1.{10 + rank}", "rails": [
-    {"netdev": RAILS[0], "rdma": "r0", "address": f"10.0.0.{rank + 1}/24"},
-    {"netdev": RAILS[1], "rdma": "r1", "address": f"10.0.1.{rank + 1}/24"}]} for rank in range(4)]})
+FOUR = site("four")
 
 
 def test_the_pairs_send_is_as_before_and_a_worker_sends_from_its_copy():
