@@ -172,7 +172,7 @@ class FakeWorker:
     """A worker watchdog's status endpoint on ``address``, whose state can change."""
 
     def __init__(self, address: str, port: int, state: str = "joined"):
-        self.state = state
+        self.state, self.session = state, "c" * 32
         worker = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -180,7 +180,7 @@ class FakeWorker:
                 pass
 
             def do_GET(self):
-                data = json.dumps({"role": "worker", "session": "c" * 32, "state": worker.state, "joined": None}).encode()
+                data = json.dumps({"role": "worker", "session": worker.session, "state": worker.state, "joined": None}).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -250,3 +250,33 @@ def test_every_worker_leaves_a_head_session_that_is_gone(tmp_path):
             sleeper.kill()
             sleeper.wait()
         head.server.shutdown()
+
+
+@pytest.mark.parametrize("fault", ["restarted", "gone"])
+def test_the_head_ends_vllm_at_once_when_a_worker_restarts_or_goes(vllm, tmp_path, fault):
+    """A rank's collective can hang a request for minutes, so the head does not wait for its probe:
+    a worker whose watchdog answers with a new session, or stops answering, ends the head's vLLM."""
+    port = free_port()
+    workers = [FakeWorker("127.0.0.2", port), FakeWorker("127.0.0.3", port)]
+    api, key = FakeApi(), tmp_path / "key"
+    key.write_text("secret")
+    process = watchdog("head", "--ip", "127.0.0.1", "--port", str(port), "--url", api.url, "--key-file", str(key),
+                       "--pid", str(vllm.pid), "--interval", "10", "--worker-interval", "0.2",
+                       "--state", str(tmp_path / "head-starts"), "--worker-ip", "127.0.0.2", "--worker-ip", "127.0.0.3")
+    try:
+        assert wait_for(lambda: (state_of(port) or {}).get("state") == "serving"), "the head watchdog never saw a token"
+        time.sleep(1)  # several rounds of the watch with both workers as they served
+        assert vllm.poll() is None, "a worker in its session ended the head"
+        if fault == "restarted":
+            workers[1].session = "d" * 32
+        else:
+            workers[1].server.shutdown()
+            workers[1].server.server_close()
+        assert wait_for(lambda: vllm.poll() is not None, 10), "the head kept serving without its worker"
+        process.wait(timeout=10)
+        said = {"restarted": "the worker at 127.0.0.3 restarted (session dddddddd, it served in cccccccc)",
+                "gone": "the worker at 127.0.0.3 has not answered 5 times in a row"}[fault]
+        assert said in process.stderr.read()
+    finally:
+        process.kill()
+        workers[0].server.shutdown()

@@ -1,23 +1,28 @@
 #!/usr/bin/env python3
 # Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
-"""Keeps a two-node vLLM pair serving without a person. Runs inside each node's container beside
-vLLM (started by launch.sh) and ends vLLM, so that Docker restarts the container, when this side
-can no longer serve. What two-node vLLM does when one side dies (the lab's trial):
+"""Keeps a multi-node vLLM (a head and its workers) serving without a person. Runs inside each
+node's container beside vLLM (started by launch.sh) and ends vLLM, so that Docker restarts the
+container, when this side can no longer serve. What multi-node vLLM does when a rank dies (the
+lab's trials):
 
-- the worker dies: the head's /health still answers 200 for minutes; only generating fails.
-  So the head generates one token every --interval seconds, and ends its vLLM after two failures
-  in a row during which the engine did no work at all (a probe that waits behind a long prefill
-  on a busy engine is not a failure: vLLM's token counters still move; with a dead rank they stop).
+- a worker dies: the head's /health still answers 200 for minutes, and with more than one worker
+  a request waits on the dead rank's collective for minutes instead of failing. So the head
+  watches every worker's watchdog: one that answers with another session (it restarted) or not
+  at all WORKER_SILENCE times in a row ends the head's vLLM at once. And the head generates one
+  token every --interval seconds, ending its vLLM after two failures in a row during which the
+  engine did no work at all (a probe that waits behind a long prefill on a busy engine is not a
+  failure: vLLM's token counters still move; with a dead rank they stop).
 - the head dies: a headless worker does not notice for minutes, and a new head waits for ever
-  for a fresh worker. So each head container has a session of its own (a random ID, made at its
-  start), served beside the worker's state on the fabric; the worker records the session it
-  joined and ends its vLLM as soon as the head serves another one.
-- a head must not start vLLM while its worker still belongs to an old session: it waits until
-  the worker says it is waiting (fresh), then starts.
+  for a fresh worker. So each container's watchdog has a session of its own (a random ID, made at
+  its start), served beside its state on the fabric; a worker records the head session it joined
+  and ends its vLLM as soon as the head serves another one.
+- a head must not start vLLM while a worker still belongs to an old session: it waits until
+  every worker says it is waiting (fresh), then starts.
 
 Every status endpoint listens on the node's own fabric address only and carries no secret.
 
     watchdog.py head --ip HEAD_RAIL_IP --port P --url URL --key-file F --pid PID --state FILE
+                     [--worker-ip WORKER_RAIL_IP ...]
     watchdog.py worker --ip WORKER_RAIL_IP --head-ip HEAD_RAIL_IP --port P --pid PID --state FILE
     watchdog.py wait-for-worker --worker-ip WORKER_RAIL_IP --port P --timeout S
     watchdog.py backoff --state FILE            (waits before a start when the last ones never served)
@@ -40,6 +45,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 FAILURES_TO_RESTART = 2
+WORKER_SILENCE = 5  # unanswered polls of a worker's watchdog, about 3 s apart
 STOP_GRACE = 20
 
 
@@ -97,7 +103,7 @@ def end(pid: int, why: str) -> None:
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
-    sys.exit(0)
+    os._exit(0)  # from whichever thread noticed
 
 
 def connections_to(address: str) -> int:
@@ -158,10 +164,33 @@ def work_done(url: str) -> float | None:
     return total
 
 
+def watch_workers(args, serving: threading.Event) -> None:
+    """From the first token on: end the head's vLLM when a worker restarted (its watchdog answers
+    with another session) or is gone (no answer WORKER_SILENCE times in a row)."""
+    serving.wait()
+    sessions, silent = {}, dict.fromkeys(args.worker_ip, 0)
+    while True:
+        for address in args.worker_ip:
+            theirs = peer_status(address, args.port)
+            if theirs is None:
+                silent[address] += 1
+                if silent[address] >= WORKER_SILENCE:
+                    end(args.pid, f"the worker at {address} has not answered {silent[address]} times in a row")
+                continue
+            silent[address] = 0
+            joined = sessions.setdefault(address, theirs["session"])
+            if theirs["session"] != joined:
+                end(args.pid, f"the worker at {address} restarted (session {theirs['session'][:8]}, "
+                              f"it served in {joined[:8]})")
+        time.sleep(args.worker_interval)
+
+
 def head(args) -> None:
     status = Status("head")
     status.serve(args.ip, args.port)
     key = Path(args.key_file).read_text().strip()
+    serving = threading.Event()
+    threading.Thread(target=watch_workers, args=(args, serving), daemon=True).start()
     started, failures, served, work = time.monotonic(), 0, False, None
     status.update(state="waiting")
     while True:
@@ -172,6 +201,7 @@ def head(args) -> None:
             failures = 0
             if not served:
                 served = True
+                serving.set()
                 log(f"serving after {time.monotonic() - started:.0f} s")
                 healthy(args.state)
             status.update(state="serving")
@@ -271,6 +301,8 @@ def main() -> None:
     h.add_argument("--interval", type=float, default=10)
     h.add_argument("--startup-timeout", type=float, default=1800)
     h.add_argument("--state", required=True, help="the backoff's state file")
+    h.add_argument("--worker-ip", action="append", default=[], help="a worker's rail address (repeated)")
+    h.add_argument("--worker-interval", type=float, default=1)
     w = commands.add_parser("worker")
     w.add_argument("--ip", required=True)
     w.add_argument("--head-ip", required=True)

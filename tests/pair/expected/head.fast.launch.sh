@@ -2,7 +2,7 @@
 # Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
 # The head's vLLM, profile fast: shipped as a file and exec'd, so no argument is
 # quoted through nested shells (the --speculative-config JSON survives as written). Beside it runs
-# the watchdog (watchdog.py, sha256 3324a2f2ddec9070...), which ends vLLM when this side can
+# the watchdog (watchdog.py, sha256 873e04a295ab4d10...), which ends vLLM when this side can
 # no longer serve: Docker then restarts the container, with a backoff when it keeps failing to come up.
 set -eu
 watchdog() { /opt/env/bin/python /dual-spark/watchdog.py "$@"; }
@@ -12,7 +12,8 @@ watchdog backoff --state /dual-spark/state/head-starts
 VLLM_API_KEY="$(cat /run/secrets/dual-spark-api-key)"
 export VLLM_API_KEY
 watchdog head --ip 10.10.0.1 --port 25001 --url http://127.0.0.1:8000 \
-  --key-file /run/secrets/dual-spark-api-key --pid $$ --startup-timeout 1800 --state /dual-spark/state/head-starts &
+  --key-file /run/secrets/dual-spark-api-key --pid $$ --startup-timeout 1800 --state /dual-spark/state/head-starts \
+  --worker-ip 10.10.0.2 &
 watchdog wait-for-worker --worker-ip 10.10.0.2 --port 25001 --timeout 600
 exec /opt/env/bin/vllm \
   serve \
