@@ -24,6 +24,7 @@ import math
 import os
 import re
 import string
+import subprocess
 import tempfile
 from pathlib import Path
 from urllib.parse import urlparse
@@ -343,3 +344,9 @@ class OutputFile(click.ParamType):
 
     def convert(self, value, param, ctx) -> Path:
         return writable_file(value, param.opts[0] if param else "--out", self.overwrite)
+
+
+def git_revision() -> str:
+    """The checkout's commit, recorded beside every result."""
+    result = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=Path(__file__).resolve().parents[1], capture_output=True, text=True)
+    return result.stdout.strip() or "unknown"

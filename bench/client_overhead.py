@@ -16,8 +16,8 @@ import click
 
 from bench import cli
 from bench.endpoint import Endpoint
+from bench.load import run_groups
 from bench.prompts import rough_prompt
-from bench.serving import run_groups
 
 
 class InstantStream(BaseHTTPRequestHandler):

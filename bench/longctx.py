@@ -21,7 +21,6 @@ import requests
 from bench import cli
 from bench.endpoint import Endpoint, read_api_key, room_for
 from bench.prompts import CHARS_PER_TOKEN, Log, PromptError, fit, label, log_text
-from bench.serving import git_revision
 
 SCHEMA_VERSION = 1
 STATIONS = ["Amber", "Birch", "Cobalt", "Dune", "Ember", "Fjord", "Garnet"]
@@ -144,7 +143,7 @@ def main(url, model, api_key_env, api_key_file, sizes, trials, needles, max_toke
     rows = probe(endpoint, sizes, trials, needles, max_tokens)
     summary = table(rows)
     record = {"schema_version": SCHEMA_VERSION, "started": started.isoformat(), "profile": profile, "model": model,
-              "git_revision": git_revision(), "settings": {"trials": trials, "needles": needles, "max_tokens": max_tokens,
+              "git_revision": cli.git_revision(), "settings": {"trials": trials, "needles": needles, "max_tokens": max_tokens,
                                                            "temperature": 0.0}, "table": summary, "trials": rows}
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"longctx-{profile}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"

@@ -31,11 +31,12 @@ import click
 
 from bench import cli, speculation
 from bench.endpoint import Endpoint, fit_prompts, served_model, through_site
+from bench.load import run_benchmark, warm_up
 from bench.prompts import PUBLISHED_SIZES
-from bench.serving import REPO, git_revision, run_benchmark, warm_up
 from cluster import Cluster, Profile
 from site_config import SITE_ENV, SiteError, load_site
 
+REPO = Path(__file__).resolve().parents[1]
 SCHEMA_VERSION = 1
 
 
@@ -219,7 +220,7 @@ def main(cluster, accept_new_host_key, sizes, groups, max_tokens, given, ab, out
         text = snippet(name, running, tried, why)
         record = {"schema_version": SCHEMA_VERSION, "started": started.isoformat(), "site": str(site_file), "profile": running,
                   "model": endpoint.model, "model_revision": identity["model_revision"], "runtime_image_id": identity["image_id"],
-                  "git_revision": git_revision(), "speculative_tokens": fixed_k,
+                  "git_revision": cli.git_revision(), "speculative_tokens": fixed_k,
                   "settings": {"prompt_tokens": sizes, "concurrency": concurrencies, "requests_per_cell": groups, "max_tokens": max_tokens},
                   "fixed": fixed, "derived": derived, "schedule_tried": tried, "snippet": text, "ab": None}
         if tried == [[1, concurrencies[-1], fixed_k]]:

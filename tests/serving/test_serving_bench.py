@@ -10,8 +10,8 @@ from xml.etree import ElementTree
 import pytest
 
 from bench.endpoint import Endpoint, fit_prompts
+from bench.load import run_benchmark, warm_up
 from bench.prompts import TOLERANCE
-from bench.serving import run_benchmark, warm_up
 from tests.serving.conftest import API_KEY
 
 pytestmark = pytest.mark.end_to_end
