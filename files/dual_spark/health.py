@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 # Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
-"""Is the two-node vLLM serving? Generates one token through the API with its key: `/health`
-answers 200 for minutes after the worker died, so only a generated token proves both ranks
-work. Prints one JSON line (never the key); exits 0 when a token came back. With --metrics it
+"""Is the multi-node vLLM serving? Generates one token through the API with its key: `/health`
+answers 200 for minutes after a worker died, so only a generated token proves every rank
+works. Prints one JSON line (never the key); exits 0 when a token came back. With --metrics it
 also reads vLLM's /metrics: the speculative-decoding counters since the start (None where the
 profile does not speculate) and the requests running and waiting.
 

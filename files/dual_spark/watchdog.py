@@ -1,19 +1,20 @@
 #!/usr/bin/env python3
 # Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
-"""Keeps a two-node vLLM pair serving without a person. Runs inside each node's container beside
-vLLM (started by launch.sh) and ends vLLM, so that Docker restarts the container, when this side
-can no longer serve. What two-node vLLM does when one side dies (the lab's trial):
+"""Keeps a multi-node vLLM (a pair, or more nodes through a switch) serving without a person.
+Runs inside each node's container beside vLLM (started by launch.sh) and ends vLLM, so that
+Docker restarts the container, when this side can no longer serve. What multi-node vLLM does
+when one side dies (the lab's trial):
 
-- the worker dies: the head's /health still answers 200 for minutes; only generating fails.
+- a worker dies: the head's /health still answers 200 for minutes; only generating fails.
   So the head generates one token every --interval seconds, and ends its vLLM after two failures
   in a row during which the engine did no work at all (a probe that waits behind a long prefill
   on a busy engine is not a failure: vLLM's token counters still move; with a dead rank they stop).
 - the head dies: a headless worker does not notice for minutes, and a new head waits for ever
-  for a fresh worker. So each head container has a session of its own (a random ID, made at its
-  start), served beside the worker's state on the fabric; the worker records the session it
-  joined and ends its vLLM as soon as the head serves another one.
-- a head must not start vLLM while its worker still belongs to an old session: it waits until
-  the worker says it is waiting (fresh), then starts.
+  for fresh workers. So each head container has a session of its own (a random ID, made at its
+  start), served on the fabric as each worker serves its state; every worker records the session
+  it joined and ends its vLLM as soon as the head serves another one.
+- a head must not start vLLM while a worker still belongs to an old session: it waits until
+  each worker in turn says it is waiting (fresh), then starts.
 
 Every status endpoint listens on the node's own fabric address only and carries no secret.
 
