@@ -1,5 +1,6 @@
 """The programs as the deploy ships them (programs.py): one zipapp whose bytes depend on its
-sources only, with layout's names written into it, that runs each program."""
+sources only, with layout's names written into it, that runs each program; and what a run shows
+when it changes on a node (operations/managed.py)."""
 
 import ast
 import hashlib
@@ -7,6 +8,7 @@ import io
 import subprocess
 import sys
 import zipfile
+from io import BytesIO
 
 import pytest
 from dual_spark import constants
@@ -15,7 +17,12 @@ from dual_spark.sync import send
 
 import layout
 import programs
+from operations.managed import managed_files
+from operations.own import NAMES
+from tests.fake_host import args_key, run_operation
 from tests.programs import ARCHIVE
+
+DEST = "/var/lib/dual-spark/bin/dual-spark.pyz"
 
 
 def test_the_same_sources_make_the_same_bytes():
@@ -64,3 +71,40 @@ def test_one_file_runs_each_program_by_its_name():
 def test_the_watchdogs_digest_is_its_module_as_shipped():
     """launch.sh names it: a changed watchdog restarts the cluster, a change elsewhere in the archive does not."""
     assert programs.digest("watchdog.py") == hashlib.sha256((programs.PACKAGE / "watchdog.py").read_bytes()).hexdigest()
+
+
+def install(installed: dict | None, show_program_diffs: bool = False, facts: dict | None = None):
+    """managed_files putting the archive where a node has ``installed`` (a FileDigests entry; None: nothing)."""
+    info = installed or {"kind": "absent", "mode": None, "owner": None, "sha256": None}
+    reading = {"files": {"files": {DEST: info}, "unreadable": []}, "directories": {}, "unreadable": []}
+    case = {"host": {"name": "spark-head", "facts": {"host_prep.ManagedPaths": {
+        args_key({"files": [DEST], "directories": [], "names": NAMES}): reading}, **(facts or {})}}, "diff": True}
+    return run_operation(managed_files, {**case, "args": {"programs": [(BytesIO(programs.built()), DEST, "755")],
+                                                          "show_program_diffs": show_program_diffs}})
+
+
+def test_a_dry_run_shows_the_archive_as_one_program():
+    lines = sum(len(text.splitlines()) for text in programs.sources().values())
+    digest = hashlib.sha256(programs.built()).hexdigest()
+    commands, host = install(None)
+    assert commands == ["mkdir -p /var/lib/dual-spark/bin", ["upload", f"<{len(programs.built())} bytes, sha256 {digest}>", DEST],
+                        f"chown root:root {DEST}", f"chmod 755 {DEST}"]
+    assert host.printed == [f"[spark-head] Will create {DEST} (program, {lines} lines, sha256 {digest[:12]}): "
+                            "full diff with --data show_program_diffs=true"]
+    commands, host = install({"kind": "file", "mode": "755", "owner": "root:root", "sha256": digest})
+    assert commands == [] and host.noop_description == "up to date: dual-spark.pyz"
+
+
+def test_the_full_diff_of_the_archive_is_file_by_file():
+    """Only the files that changed in it: one changed, one gone, one new."""
+    theirs = {name: text.splitlines() for name, text in programs.sources().items()}
+    theirs["dual_spark/watchdog.py"] = [*theirs["dual_spark/watchdog.py"][:-1], "    an older last line"]
+    theirs["dual_spark/retired.py"] = ["print('gone')"]
+    del theirs["dual_spark/health.py"]
+    commands, host = install({"kind": "file", "mode": "755", "owner": "root:root", "sha256": "0" * 64}, show_program_diffs=True,
+                             facts={"host_prep.ArchiveFiles": {f"path={DEST}": {"files": theirs, "unreadable": []}}})
+    assert len(commands) == 3
+    said = [line for line in host.printed if line.startswith("[spark-head] Will")]
+    assert said == [f"[spark-head] Will create {DEST}/dual_spark/health.py", f"[spark-head] Will modify {DEST}/dual_spark/retired.py",
+                    f"[spark-head] Will modify {DEST}/dual_spark/watchdog.py"]
+    assert "  -     an older last line" in host.printed and "  - print('gone')" in host.printed
