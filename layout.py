@@ -1,8 +1,8 @@
 """Where the deploy keeps things on a node and what it names them: paths under state_dir, the
 container, its labels, the compose project, the API key, the model directory's own files, the
 paths inside the container, and the SSH options of node-to-node commands. The programs that run
-on the nodes (files/runtime/model_sync.py, files/serving/*) and the serving templates cannot
-import this module: tests/test_layout.py holds them to it."""
+on the nodes (files/dual_spark/) get what they need of it as a module written into their archive
+(programs.py); the serving templates cannot import it: tests/test_layout.py holds them to it."""
 
 from __future__ import annotations
 
@@ -10,17 +10,17 @@ COMPOSE_PROJECT = "dual-spark"
 CONTAINER = "dual-spark-vllm"
 LABELS = {key: f"dual-spark.{key}" for key in ("role", "profile", "model", "stack")}
 API_KEY = "api-key"  # the file in state_dir holding the API key
-MANAGED_MARKER = ".dual-spark-managed"  # in a model directory the deploy made (model_sync.py cleans only those)
+MANAGED_MARKER = ".dual-spark-managed"  # in a model directory the deploy made (sync cleans only those)
 VERIFIED = ".dual-spark-verified.json"  # in a model directory: what was verified there
 OWN_FILES = ".dual-spark-"  # the prefix of the deploy's own files in a model directory, never replicated
 RUN_DIR = "/run/dual-spark"  # staging, gone at a reboot
 
-# Inside the container: what compose mounts where, and what launch.sh calls.
+# Inside a container: what compose mounts where, and what launch.sh calls (the programs' archive
+# also in the hub fetch's container).
 IN_CONTAINER = {
     "dir": "/dual-spark",
     "launch": "/dual-spark/launch.sh",
-    "health": "/dual-spark/health.py",
-    "watchdog": "/dual-spark/watchdog.py",
+    "programs": "/dual-spark/dual-spark.pyz",
     "state": "/dual-spark/state",
     "api_key": "/run/secrets/dual-spark-api-key",
     "model": "/model",
@@ -33,18 +33,13 @@ def ssh_options(connect_timeout: int = 5) -> list[str]:
 
 
 SSH_OPTIONS = ssh_options()
-FABRIC_CIPHER = "aes128-gcm@openssh.com"  # node-to-node ssh over the fabric (the image stream, model_sync.py)
+FABRIC_CIPHER = "aes128-gcm@openssh.com"  # node-to-node ssh over the fabric (the image stream, sync)
 
 
 def paths(state_dir: str, model_dir: str) -> dict[str, str]:
     """Where the deploy's files live on a node."""
     return {
-        "bin": f"{state_dir}/bin",
-        "model_sync": f"{state_dir}/bin/model_sync.py",
-        "fetch_model": f"{state_dir}/bin/fetch_model.py",
-        "progress": f"{state_dir}/bin/progress.py",
-        "health": f"{state_dir}/bin/health.py",
-        "watchdog": f"{state_dir}/bin/watchdog.py",
+        "programs": f"{state_dir}/bin/dual-spark.pyz",  # files/dual_spark as one zipapp (programs.py)
         "serving": f"{state_dir}/serving",  # the watchdogs' backoff records
         "manifest": f"{state_dir}/model.manifest.json",
         "api_key": f"{state_dir}/{API_KEY}",

@@ -2,7 +2,7 @@
 
 The same bytes (random shards, sized like safetensors shards scaled down) go from the head to
 rank 1 twice: (a) the recipes' way, one `rsync -a` over SSH with default settings, and (b) this
-project's, `model_sync.py send` over every rail with parallel verified streams, as the deploy
+project's, `sync send` (the deploy's programs) over every rail with parallel verified streams, as the deploy
 runs it; then (b) once more, which must move nothing. Prints MiB/s and the ratio.
 
 With three nodes or more, (c) the copy goes on down the chain as the deploy sends it (rank r to
@@ -86,12 +86,12 @@ def carried(before: dict, after: dict, size: int) -> dict[str, dict]:
     return moved
 
 
-def send(script: str, user: str, sender: Node, receiver: Node, src: str, manifest: str, streams: int) -> str:
+def send(programs: str, user: str, sender: Node, receiver: Node, src: str, manifest: str, streams: int) -> str:
     """model_sync send from ``sender`` to ``receiver`` into the scratch directory there, as the deploy runs it."""
-    return (f"python3 {shlex.quote(script)} send --dir {src} --manifest {manifest} "
+    return (f"python3 {shlex.quote(programs)} sync send --dir {src} --manifest {manifest} "
             f"--peer {','.join(f'{user}@{rail.address.ip}' for rail in receiver.rails)} "
             f"--local {','.join(str(rail.address.ip) for rail in sender.rails)} "
-            f"--remote-dir {SCRATCH}/sync --remote-state {SCRATCH}/sync-verified.json --remote-script {shlex.quote(script)} "
+            f"--remote-dir {SCRATCH}/sync --remote-state {SCRATCH}/sync-verified.json --remote-script {shlex.quote(programs)} "
             f"--streams {streams}")
 
 
@@ -108,13 +108,13 @@ def main(cluster: Cluster, gib: float, shard_mib: int, streams: int | None, acce
     settings = cluster.settings
     streams = streams or settings.replication_streams
     user, head, worker = cluster.deploy_user, cluster.head, cluster.workers[0]
-    script = paths(settings.state_dir, settings.model_dir)["model_sync"]
+    programs = paths(settings.state_dir, settings.model_dir)["programs"]
     shards = max(1, round(gib * 1024 / shard_mib))
     src, manifest = f"{SCRATCH}/src", f"{SCRATCH}/manifest.json"
     chain = cluster.size > 2
     worker_ssh = f"{user}@{worker.rails[0].address.ip}"
     on_worker = f"ssh {' '.join(SSH_OPTIONS)} {worker_ssh}"
-    pair_send = send(script, user, head, worker, src, manifest, streams)
+    pair_send = send(programs, user, head, worker, src, manifest, streams)
     started = datetime.now(UTC)
     with head_of(cluster, accept_new_host_key) as client:
         try:
@@ -123,7 +123,7 @@ def main(cluster: Cluster, gib: float, shard_mib: int, streams: int | None, acce
                 timed(client, f"{on(user, node)}'rm -rf {SCRATCH} && mkdir -p {SCRATCH}'", f"preparing {node.hostname}")
             timed(client, f"rm -rf {SCRATCH} && {on_worker} 'rm -rf {SCRATCH} && mkdir -p {SCRATCH}/rsync' && mkdir -p {src} && for i in $(seq -w 1 {shards}); do "
                           f"head -c {shard_mib * MIB} /dev/urandom > {src}/model-$i-of-{shards}.safetensors; done", "making the shards")
-            hashed, _ = timed(client, f"python3 {shlex.quote(script)} manifest --dir {src} --manifest {manifest}", "hashing")
+            hashed, _ = timed(client, f"python3 {shlex.quote(programs)} sync manifest --dir {src} --manifest {manifest}", "hashing")
             settle = f"sync && {on_worker} sync"  # each way starts with nothing left to write back
             size = shards * shard_mib * MIB
             click.echo(f"--> (a) rsync -a over SSH to {worker.hostname} at {worker.rails[0].address.ip}")
@@ -138,7 +138,7 @@ def main(cluster: Cluster, gib: float, shard_mib: int, streams: int | None, acce
             for receiver in cluster.workers[1:]:
                 sender = cluster.upstream(receiver)
                 click.echo(f"--> (c) model_sync from {sender.hostname} to {receiver.hostname}, from its verified copy")
-                hop = send(script, user, sender, receiver, f"{SCRATCH}/sync", "-", streams)
+                hop = send(programs, user, sender, receiver, f"{SCRATCH}/sync", "-", streams)
                 seconds, output = timed(client, f"{on(user, sender)}{shlex.quote(hop)} < {manifest}",
                                         f"model_sync {sender.hostname} -> {receiver.hostname}")
                 hops.append({"from": sender.hostname, "to": receiver.hostname, "seconds": round(seconds, 2),

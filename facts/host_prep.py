@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from typing import TypedDict
 
@@ -209,6 +210,40 @@ class ManagedPaths(FactBase[Managed]):
         unreadable = read_lines(sections.get("directories", []), parse)
         return {"files": FileDigests().process(sections.get("files", [])), "directories": directories,
                 "unreadable": sections[""] + unreadable}
+
+
+class Archive(TypedDict):
+    files: dict[str, list[str]] | None
+    unreadable: list[str]
+
+
+class ArchiveFiles(FactBase[Archive]):
+    """
+    The lines of each file in the zip archive at ``path`` (a zipapp the deploy installed), read
+    by the node's Python; None when there is no such archive.
+
+    .. code:: python
+
+        {"files": {"__main__.py": ["from dual_spark.__main__ import main", "", "main()"], ...}, "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Archive:
+        return {"files": None, "unreadable": []}
+
+    def command(self, path: str) -> StringCommand:
+        read = ("import json, sys, zipfile; archive = zipfile.ZipFile(sys.argv[1]); "
+                'print(json.dumps({name: archive.read(name).decode(errors="replace") for name in archive.namelist()}))')
+        return StringCommand("python3", "-c", QuoteString(read), QuoteString(path), "2>/dev/null", "||", "true")
+
+    def process(self, output: list[str]) -> Archive:
+        lines = [line for line in output if line.strip()]
+        try:
+            files = json.loads(lines[-1]) if lines else None
+            return {"files": {name: text.splitlines() for name, text in files.items()} if files is not None else None,
+                    "unreadable": lines[:-1]}
+        except (ValueError, AttributeError):
+            return {"files": None, "unreadable": lines}
 
 
 class Settings(TypedDict):

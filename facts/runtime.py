@@ -88,7 +88,7 @@ class Model(TypedDict):
 
 class ModelState(FactBase[Model]):
     """
-    The model directory as model_sync.py reads it without hashing: whether it exists, the free
+    The model directory as `sync status` reads it without hashing: whether it exists, the free
     space, the manifest (head) or the digest recorded as verified (worker), the files whose size
     or mtime moved since; and, given ``token_file``, what the deploy user sees there (stat run as
     that user, not following a link: mode, owner, kind; None where it sees nothing).
@@ -105,11 +105,11 @@ class ModelState(FactBase[Model]):
         return {"exists": False, "free_bytes": None, "manifest": None, "verified": None, "changed": [],
                 "token": None, "unreadable": []}
 
-    def command(self, script: str, model_dir: str, manifest: str, state: str, user: str, token_file: str | None = None) -> StringCommand:
-        status = ["python3", QuoteString(script), "status", "--dir", QuoteString(model_dir), "--state", QuoteString(state)]
+    def command(self, programs: str, model_dir: str, manifest: str, state: str, user: str, token_file: str | None = None) -> StringCommand:
+        status = ["python3", QuoteString(programs), "sync", "status", "--dir", QuoteString(model_dir), "--state", QuoteString(state)]
         if manifest:
             status += ["--manifest", QuoteString(manifest)]
-        sections: dict = {"status": StringCommand("test", "-f", QuoteString(script), "&&", *status)}
+        sections: dict = {"status": StringCommand("test", "-f", QuoteString(programs), "&&", *status)}
         if token_file is not None:
             sections["token"] = StringCommand(token_path(user, token_file), "sudo", "-n", "-u", QuoteString(user), "stat", "-c",
                                               "'%a %U %F'", "--", '"$t"', "2>/dev/null")

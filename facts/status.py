@@ -37,10 +37,10 @@ class Status(TypedDict):
 class ServingStatus(FactBase[Status]):
     """
     ``now`` is the node's clock (UTC), against which the container's start reads as an uptime;
-    ``watchdog`` what `watchdog.py status` printed: the live state on the fabric (None when none
-    answers) and the backoff record; ``log`` the container's last ``log_lines`` lines; ``api``
-    (on the head, where ``api`` names the health script, URL and key file) the probe's reading
-    with ``metrics``.
+    ``watchdog`` what `watchdog status` (of the ``programs`` archive) printed: the live state on the
+    fabric (None when none answers) and the backoff record; ``log`` the container's last
+    ``log_lines`` lines; ``api`` (on the head, where ``api`` names the URL and key file) what
+    `health --metrics` read.
 
     .. code:: python
 
@@ -58,17 +58,17 @@ class ServingStatus(FactBase[Status]):
                 "memory": GpuMemory.default(), "links": NetLinks.default(),
                 "rdma": RdmaDevices.default(), "api": None, "unreadable": []}
 
-    def command(self, watchdog: str, rail_ip: str, port: int, state_file: str, log_lines: int,
+    def command(self, programs: str, rail_ip: str, port: int, state_file: str, log_lines: int,
                 api: dict | None = None) -> StringCommand:
         background = {
             "container": container_command(),
-            "watchdog": StringCommand("python3", QuoteString(watchdog), "status", "--ip", rail_ip, "--port", str(port),
+            "watchdog": StringCommand("python3", QuoteString(programs), "watchdog", "status", "--ip", rail_ip, "--port", str(port),
                                       "--state", QuoteString(state_file), "2>&1"),
             "log": StringCommand("docker", "logs", "--tail", str(log_lines), CONTAINER, "2>&1", "|", "tail", "-n", str(log_lines)),
             "memory": GpuMemory().command(),
         }
         if api:
-            background["api"] = StringCommand("python3", QuoteString(api["health"]), "--url", QuoteString(api["url"]),
+            background["api"] = StringCommand("python3", QuoteString(programs), "health", "--url", QuoteString(api["url"]),
                                               "--key-file", QuoteString(api["key_file"]), "--timeout", "10", "--metrics",
                                               "2>/dev/null")
         return combined({"now": StringCommand("date", "-u", "+%Y-%m-%dT%H:%M:%SZ"), "links": NetLinks().command(),

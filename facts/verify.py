@@ -46,9 +46,9 @@ class Readiness(FactBase[Readings]):
     The readings behind one node's rows of the readiness table. ``pings`` are
     "netdev address" pairs, pinged with ``size``-byte don't-fragment probes; ``ssh_to`` the
     addresses of other nodes ``user`` must reach without a password; ``runtime`` the arguments of
-    ImageState (tag, marker) and ModelState (script, model_dir, manifest, state); ``serving`` the
-    stack directory and key file, and on the head the health script and the API's host and port
-    (its one-token probe runs at the same time as the rest).
+    ImageState (tag, marker) and ModelState (programs, model_dir, manifest, state); ``serving`` the
+    stack directory and key file, and on the head the API's host and port (the one-token probe of
+    the programs' `health` runs at the same time as the rest).
 
     .. code:: python
 
@@ -74,14 +74,14 @@ class Readiness(FactBase[Readings]):
         background |= {f"ssh {i}": SshLogin().command(user, address) for i, address in enumerate(ssh_to)}
         if "api_port" in serving:
             background["api"] = StringCommand(
-                "python3", QuoteString(serving["health"]), "--url", QuoteString(f"http://{serving['api_host']}:{serving['api_port']}"),
+                "python3", QuoteString(runtime["programs"]), "health", "--url", QuoteString(f"http://{serving['api_host']}:{serving['api_port']}"),
                 "--key-file", QuoteString(serving["key_file"]), "--timeout", "20", "2>/dev/null")
         slow = {  # each a process of its own that takes tens of milliseconds: all at the same time
             "memlock": LoginMemlock().command(user),
             "host_keys": SshHostKeyFingerprints().command(),
             "memory": GpuMemory().command(),
             "image": ImageState().command(runtime["tag"], runtime["marker"]),
-            "model": ModelState().command(runtime["script"], runtime["model_dir"], runtime["manifest"], runtime["state"], user),
+            "model": ModelState().command(runtime["programs"], runtime["model_dir"], runtime["manifest"], runtime["state"], user),
             "serving": combined(stack_sections(serving["stack_dir"], serving["key_file"], runtime["manifest"])),
         }
         return combined({

@@ -1,12 +1,15 @@
 """Files and directories this project manages on the nodes: every path read in one round trip,
 only what differs uploaded or changed. A configuration file shows its full diff; a program the
-project ships shows one line (its full diff on request). The directories the site names are
+project ships (a script, or a zipapp of many) shows one line (its full diff on request, a
+zipapp's file by file). The directories the site names are
 claimed first (operations/own.py): nothing is written in one that is not the deploy's."""
 
 from __future__ import annotations
 
 import posixpath
+import zipfile
 from pathlib import Path
+from typing import IO
 
 from pyinfra import host
 from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
@@ -14,12 +17,12 @@ from pyinfra.api.util import get_file_sha256
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
-from facts.host_prep import FileInfo, ManagedPaths
+from facts.host_prep import ArchiveFiles, FileInfo, ManagedPaths
 from operations.own import NAMES, Claim, claim_command, plan, reading_paths
 from operations.render import show_diff, show_line
 
 
-def file_differs(src: str, mode: str, info: FileInfo | None) -> bool:
+def file_differs(src: str | IO[bytes], mode: str, info: FileInfo | None) -> bool:
     return (info is None or info["kind"] != "file" or info["sha256"] != get_file_sha256(src)
             or info["mode"] != mode or info["owner"] != "root:root")
 
@@ -32,9 +35,29 @@ def put_changed(entries: list[tuple[str, str, str]], current: dict[str, FileInfo
             yield from files.put._inner(src=src, dest=dest, user="root", group="root", mode=mode, create_remote_dir=True)
 
 
-def put_programs(programs: list[tuple[str, str, str]], current: dict[str, FileInfo], show_program_diffs: bool):
-    """Each program (source, destination, mode) that differs, uploaded root-owned. Its diff is one
-    line (path, lines, SHA-256, new or changed), or the full diff with ``show_program_diffs``."""
+def program_files(src: str | IO[bytes]) -> dict[str, str]:
+    """A program's text: a zipapp's files by name, or a script as one file (named "")."""
+    if zipfile.is_zipfile(src):
+        with zipfile.ZipFile(src) as archive:
+            return {name: archive.read(name).decode() for name in archive.namelist()}
+    return {"": Path(src).read_text()}
+
+
+def show_program_diff(dest: str, files: dict[str, str], exists: bool) -> None:
+    """The full diff of a script, or of each file of a zipapp that changes in it."""
+    if list(files) == [""]:
+        show_diff(dest, host.get_fact(FileContents, path=dest) if exists else None, files[""])
+        return
+    theirs = (host.get_fact(ArchiveFiles, path=dest)["files"] if exists else None) or {}
+    for name in sorted(files.keys() | theirs.keys()):
+        if name not in files or theirs.get(name) != files[name].splitlines():
+            show_diff(f"{dest}/{name}", theirs.get(name), files.get(name, ""))
+
+
+def put_programs(programs: list[tuple[str | IO[bytes], str, str]], current: dict[str, FileInfo], show_program_diffs: bool):
+    """Each program (source: a path or the bytes of a zipapp; destination; mode) that differs,
+    uploaded root-owned. Its diff is one line (path, lines, SHA-256, new or changed), or the full
+    diff with ``show_program_diffs``."""
     made: set[str] = set()
     for src, dest, mode in programs:
         info = current.get(dest)
@@ -45,11 +68,12 @@ def put_programs(programs: list[tuple[str, str, str]], current: dict[str, FileIn
         if exists and info["sha256"] == digest:
             show_line(f"Will set {dest} to root:root, mode {mode} (now {info['owner']}, mode {info['mode']})")
         else:
-            text = Path(src).read_text()
+            files = program_files(src)
             if show_program_diffs:
-                show_diff(dest, host.get_fact(FileContents, path=dest) if exists else None, text)
+                show_program_diff(dest, files, exists)
             else:
-                show_line(f"Will {'modify' if exists else 'create'} {dest} (program, {len(text.splitlines())} lines, "
+                lines = sum(len(text.splitlines()) for text in files.values())
+                show_line(f"Will {'modify' if exists else 'create'} {dest} (program, {lines} lines, "
                           f"sha256 {digest[:12]}{', was ' + info['sha256'][:12] if exists else ''}): "
                           "full diff with --data show_program_diffs=true")
             if not exists and posixpath.dirname(dest) not in made:
@@ -61,7 +85,7 @@ def put_programs(programs: list[tuple[str, str, str]], current: dict[str, FileIn
 
 
 @operation()
-def managed_files(programs: list[tuple[str, str, str]], directories: list[tuple[str, str, str, str]] | None = None,
+def managed_files(programs: list[tuple[str | IO[bytes], str, str]], directories: list[tuple[str, str, str, str]] | None = None,
                   show_program_diffs: bool = False):
     """
     Claim the directories the site names (operations/own.py: made and marked, or found marked,
@@ -69,7 +93,7 @@ def managed_files(programs: list[tuple[str, str, str]], directories: list[tuple[
     project's programs on the node (root-owned). The diff shows one line per directory made,
     adopted or changed, and per program that changes (its full diff with ``show_program_diffs``).
 
-    + programs: (local source, remote destination, mode) of each program
+    + programs: (local source: a path, or a zipapp's bytes as a file object; remote destination; mode) of each program
     + directories: (site field, path, owner user, mode) of each directory the deploy owns
     + show_program_diffs: show each changed program's full diff instead of its one line
 
@@ -77,7 +101,7 @@ def managed_files(programs: list[tuple[str, str, str]], directories: list[tuple[
 
     .. code:: python
 
-        managed_files(programs=[("files/runtime/model_sync.py", "/var/lib/dual-spark/bin/model_sync.py", "755")],
+        managed_files(programs=[(BytesIO(built()), "/var/lib/dual-spark/bin/dual-spark.pyz", "755")],
                       directories=[("state_dir", "/var/lib/dual-spark", "root", "755"),
                                    ("model_dir", "/var/lib/dual-spark/model", "spark", "755")])
     """

@@ -19,7 +19,7 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, Quot
 
 from cluster import Cluster, Image, Model, Node
 from facts.runtime import ImageState, ModelState, token_fix, token_path, token_refusal
-from layout import FABRIC_CIPHER, OWN_FILES, SSH_OPTIONS, paths
+from layout import FABRIC_CIPHER, IN_CONTAINER, OWN_FILES, SSH_OPTIONS, paths
 from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 
@@ -112,11 +112,11 @@ def streamed(state, host, command: StringCommand) -> bool:
     return status
 
 
-def watched(progress: str, what: str, *command) -> FunctionCommand:
+def watched(programs: str, what: str, *command) -> FunctionCommand:
     """A long command without byte counts of its own (a build, a pull, a copy), run under
-    progress.py, which says every so often how long it has run and its latest output line."""
-    return FunctionCommand(streamed, (StringCommand("python3", QuoteString(progress), "run", "--what", QuoteString(what),
-                                                    "--", *command),), {})
+    `progress run`, which says every so often how long it has run and its latest output line."""
+    return FunctionCommand(streamed, (StringCommand("python3", QuoteString(programs), "progress", "run", "--what",
+                                                    QuoteString(what), "--", *command),), {})
 
 
 def every_node(cluster: Cluster) -> str:
@@ -182,13 +182,13 @@ def runtime_image(image_name: str, image: Image, user: str, state_dir: str, cont
     cluster: Cluster = host.data.cluster
     tag = image.tag
     marker = smoke_marker(state_dir, tag)
-    progress = paths(state_dir, "")["progress"]
+    programs = paths(state_dir, "")["programs"]
     mine, *theirs = read_all(ImageState, [reachable(node.hostname) for node in cluster.workers], tag=tag, marker=marker)
     readings = {node.hostname: reading for node, reading in zip(cluster.workers, theirs)}
     if mine["id"] is None:
         if image.ref:
             host.log(f"will pull {image.ref}", logger.info)
-            yield watched(progress, f"pulling {image.ref}", "docker", "pull", QuoteString(image.ref))
+            yield watched(programs, f"pulling {image.ref}", "docker", "pull", QuoteString(image.ref))
             yield StringCommand("docker", "tag", QuoteString(image.ref), QuoteString(tag))
         else:
             context = posixpath.join(state_dir, "build", image_name)
@@ -198,7 +198,7 @@ def runtime_image(image_name: str, image: Image, user: str, state_dir: str, cont
             yield StringCommand("rm", "-rf", QuoteString(context), "&&", "mkdir", "-p", QuoteString(context), "&&",
                                 "tar", "-xzf", QuoteString(upload), "-C", QuoteString(context))
             host.log(f"will build {tag} from {image.build}", logger.info)
-            yield watched(progress, f"building {tag}", "docker", "build", "-t", QuoteString(tag),
+            yield watched(programs, f"building {tag}", "docker", "build", "-t", QuoteString(tag),
                           QuoteString(context))
             yield StringCommand("rm", "-rf", QuoteString(context), QuoteString(upload))
     if not smoked(mine, mine["id"]):
@@ -215,7 +215,7 @@ def runtime_image(image_name: str, image: Image, user: str, state_dir: str, cont
                 and not smoked(readings[node.hostname], mine["id"])]
     for node in cluster.workers:
         if node in receivers:
-            meter = (f"python3 {shlex.quote(progress)} pipe --what {shlex.quote(f'streaming {tag} to {node.hostname}')} "
+            meter = (f"python3 {shlex.quote(programs)} progress pipe --what {shlex.quote(f'streaming {tag} to {node.hostname}')} "
                      f"--total \"$(docker image inspect -f '{{{{.Size}}}}' {shlex.quote(tag)})\" --fd 3")
             hop = on_node(node.rail_data, user, (
                 f"{{ docker save {shlex.quote(tag)} | {meter} | w sudo -n docker load >/dev/null; }} 3>&1 && "
@@ -245,7 +245,7 @@ def model_on_every_node(model: Model, user: str, state_dir: str, model_dir: str,
 
     + model: the serving data's model (``repo`` and ``revision``, or ``path``)
     + user: the deploy user (owns the model directories; SSH from node to node as this user)
-    + state_dir, model_dir: where the helpers, the manifest and the model live (the same on every node)
+    + state_dir, model_dir: where the programs, the manifest and the model live (the same on every node)
     + image: the runtime image's spec (``tag``, ``python``): the hub fetch runs in it
     + hf_endpoint: the hub's URL
     + hf_token_file: the deploy user's hub token file on the head (only gated repositories need it)
@@ -269,7 +269,7 @@ def model_on_every_node(model: Model, user: str, state_dir: str, model_dir: str,
     where = paths(state_dir, model_dir)
     source = model.source
     full = verify_model == "full"
-    head, *theirs = read_all(ModelState, [reachable(node.hostname) for node in cluster.workers], script=where["model_sync"],
+    head, *theirs = read_all(ModelState, [reachable(node.hostname) for node in cluster.workers], programs=where["programs"],
                              model_dir=model_dir, manifest=where["manifest"], state=where["verified"], user=user,
                              token_file=hf_token_file)
     readings = {node.hostname: reading for node, reading in zip(cluster.workers, theirs)}
@@ -291,7 +291,7 @@ def model_on_every_node(model: Model, user: str, state_dir: str, model_dir: str,
         what = f"{manifest['files']} files, {gib(manifest['bytes'])}" if full else f"{len(head['changed'])} changed file(s)"
         host.log(f"will hash {what} of the model", logger.info)
     if not head_done:
-        hashing = ["python3", QuoteString(where["model_sync"]), "manifest", "--dir", QuoteString(model_dir),
+        hashing = ["python3", QuoteString(where["programs"]), "sync", "manifest", "--dir", QuoteString(model_dir),
                    "--manifest", QuoteString(where["manifest"]), "--source", QuoteString(json.dumps(source, sort_keys=True)),
                    "--progress", str(PROGRESS_EVERY)]
         yield FunctionCommand(streamed, (StringCommand(*hashing, *(["--full"] if full else [])),), {})
@@ -312,12 +312,12 @@ def model_on_every_node(model: Model, user: str, state_dir: str, model_dir: str,
                  f" at most {manifest['files']} files, {gib(manifest['bytes'])} (what it has right already stays)", logger.info)
     for node in receivers:
         sender = cluster.upstream(node)
-        send = ["python3", QuoteString(where["model_sync"]), "send", "--dir", QuoteString(model_dir),
+        send = ["python3", QuoteString(where["programs"]), "sync", "send", "--dir", QuoteString(model_dir),
                 "--manifest", QuoteString(where["manifest"] if sender.rank == 0 else "-"),
                 "--peer", QuoteString(",".join(f"{user}@{address}" for address in node.fabric_addresses)),
                 "--local", QuoteString(",".join(sender.fabric_addresses)),
                 "--remote-dir", QuoteString(model_dir), "--remote-state", QuoteString(where["verified"]),
-                "--remote-script", QuoteString(where["model_sync"]), "--streams", str(int(streams)),
+                "--remote-script", QuoteString(where["programs"]), "--streams", str(int(streams)),
                 "--progress", str(PROGRESS_EVERY), *(["--full"] if full else [])]
         command = StringCommand("sudo", "-n", "-u", QuoteString(user), *send) if sender.rank == 0 else StringCommand(*send)
         yield FunctionCommand(streamed, (from_upstream(sender, user, command, stdin=where["manifest"]),), {})
@@ -329,7 +329,7 @@ def fetch(model: Model, user: str, where: dict, model_dir: str, image: Image, hf
     (operations/own.py) and checked again here: a real directory holding the deploy's marker, or
     nothing happens. From a directory on the head: copied by the deploy user (rsync under
     sudo -u), which first checks, as that user, that the source holds a config.json: what it may
-    not read stays unread. From the hub: fetch_model.py in the runtime image, with the token
+    not read stays unread. From the hub: the fetch program in the runtime image, with the token
     file mounted only if the deploy user finds there a regular file of its own (not a link; it
     makes it mode 600 itself); the container writes as root, so model_dir is given back to the
     user afterwards, in the same command."""
@@ -345,7 +345,7 @@ def fetch(model: Model, user: str, where: dict, model_dir: str, image: Image, hf
         copy = [*as_user, "rsync", "-a", "--delete", "--exclude", QuoteString(f"/{OWN_FILES}*"), "--info=progress2",
                 "--no-inc-recursive", QuoteString(source + "/"), QuoteString(model_dir + "/")]
         return FunctionCommand(streamed, (StringCommand(
-            guard, "&&", readable, "&&", "python3", QuoteString(where["progress"]), "run", "--what",
+            guard, "&&", readable, "&&", "python3", QuoteString(where["programs"]), "progress", "run", "--what",
             QuoteString(f"copying the model from {model.path}"), "--", *copy),), {})
     token = StringCommand(
         token_path(user, hf_token_file), "set", "--;", *as_user, "sh", "-c",
@@ -358,9 +358,8 @@ def fetch(model: Model, user: str, where: dict, model_dir: str, image: Image, hf
         token, guard, "&&",
         "docker", "run", "--rm", "--network", "host", "-e", QuoteString(f"HF_ENDPOINT={hf_endpoint}"),
         "-e", "HF_HUB_DISABLE_XET=1", "-e", "HF_HOME=/model/.cache/huggingface", *container_args(container),
-        "-v", QuoteString(f"{model_dir}:/model"), "-v", QuoteString(f"{where['fetch_model']}:/fetch_model.py:ro"),
-        "-v", QuoteString(f"{where['progress']}:/progress.py:ro"), '"$@"',
-        "--entrypoint", QuoteString(image.python), QuoteString(image.tag), "/fetch_model.py",
+        "-v", QuoteString(f"{model_dir}:/model"), "-v", QuoteString(f"{where['programs']}:{IN_CONTAINER['programs']}:ro"), '"$@"',
+        "--entrypoint", QuoteString(image.python), QuoteString(image.tag), IN_CONTAINER["programs"], "fetch",
         "--repo", QuoteString(model.repo), "--revision", QuoteString(model.revision), "--dest", "/model",
         "--token-file", "/run/secrets/hf_token", "--progress", str(PROGRESS_EVERY),
         "&&", "chown", "-R", QuoteString(f"{user}:"), QuoteString(model_dir),

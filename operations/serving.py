@@ -11,7 +11,6 @@ import hashlib
 import json
 from dataclasses import dataclass
 from io import StringIO
-from pathlib import Path
 
 import click
 import yaml
@@ -31,10 +30,10 @@ from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from operations.render import render, show_diff
 from operations.runtime import smoke_marker
 from operations.status import cluster_status
+from programs import digest
 
 STAGING = f"{RUN_DIR}/stack-check"
 FILES = ("compose.yaml", "launch.sh")
-WATCHDOG = Path(__file__).resolve().parents[1] / "files/serving/watchdog.py"
 # A profile's keys that vLLM's --speculative-config takes as these SpeculativeConfig fields, only
 # when the profile sets them (the image must have the field: image_supports).
 SPECULATIVE_FIELDS = {"speculative_schedule": "num_speculative_tokens_per_batch_size",
@@ -104,7 +103,7 @@ class StackSettings:
     watchdog_port: int
     ready_timeout: int
     python: str
-    watchdog_script: str
+    programs: str
     restarts_dir: str
     api_host: str
     api_port: int
@@ -123,7 +122,6 @@ class StackSettings:
     model_dir: str
     stack_dir: str
     api_key_file: str
-    health_script: str
     deploy_user: str
     manifest: str
     smoke_marker: str
@@ -140,14 +138,14 @@ def stack_settings(cluster: Cluster, hostname: str) -> StackSettings:
         image=cluster.image, rails=node.rail_data, master_addr=cluster.master_addr,
         worker_addresses=[str(worker.rails[0].address.ip) for worker in cluster.workers],
         watchdog_port=settings.watchdog_port, ready_timeout=settings.serving_ready_timeout,
-        python=cluster.image.python, watchdog_script=where["watchdog"], restarts_dir=where["serving"],
+        python=cluster.image.python, programs=where["programs"], restarts_dir=where["serving"],
         api_host=settings.api_host, api_port=settings.api_port, master_port=settings.master_port,
         block_size=settings.block_size, speculative_method=settings.speculative_method,
         speculative_options=settings.speculative_options, generation_config=settings.generation_config,
         vllm_extra_args=settings.vllm_extra_args, serving_env=settings.serving_env,
         gpus=settings.container_gpus, devices=settings.container_devices, ulimits=settings.container_ulimits,
         mounts=settings.container_mounts, container_env=settings.container_env, model_dir=settings.model_dir,
-        stack_dir=settings.stack_dir, api_key_file=where["api_key"], health_script=where["health"],
+        stack_dir=settings.stack_dir, api_key_file=where["api_key"],
         deploy_user=cluster.deploy_user, manifest=where["manifest"],
         smoke_marker=smoke_marker(settings.state_dir, cluster.image.tag),
     )
@@ -213,7 +211,7 @@ def compose_stack(settings: StackSettings, env: dict[str, str], stack_hash: str,
     inside = IN_CONTAINER
     service["volumes"] = [
         f"{settings.model_dir}:{inside['model']}:ro", f"./launch.sh:{inside['launch']}:ro",
-        f"{settings.health_script}:{inside['health']}:ro", f"{settings.watchdog_script}:{inside['watchdog']}:ro",
+        f"{settings.programs}:{inside['programs']}:ro",
         f"{settings.restarts_dir}:{inside['state']}",
         *([f"{settings.api_key_file}:{inside['api_key']}:ro"] if role == "head" else []),
         *(f"{path}:{path}:ro" for path in settings.mounts),
@@ -221,7 +219,7 @@ def compose_stack(settings: StackSettings, env: dict[str, str], stack_hash: str,
     service["environment"] = {name: value.replace("$", "$$") for name, value in env.items()}  # compose reads $ as its own
     service["entrypoint"] = [inside["launch"]]
     service["healthcheck"] = {
-        "test": ["CMD", settings.python, inside["watchdog"], "check", "--ip", settings.rails[0]["address"],
+        "test": ["CMD", settings.python, inside["programs"], "watchdog", "check", "--ip", settings.rails[0]["address"],
                  "--port", str(settings.watchdog_port)],
         "interval": "15s", "timeout": "10s", "retries": 3,
     }
@@ -242,7 +240,7 @@ def desired(settings: StackSettings, gid: int, model_digest: str | None) -> Stac
     """The node's compose file and launch script; the stack hash names both (a container label).
     The launch script names the watchdog's version: a new watchdog restarts the cluster."""
     launch = render("serving/launch.sh.j2", **vars(settings), command=[settings.image.vllm, "serve"] + vllm_args(settings),
-                    watchdog_digest=hashlib.sha256(WATCHDOG.read_bytes()).hexdigest()[:16])
+                    watchdog_digest=digest("watchdog.py")[:16])
 
     def compose(stack_hash: str) -> str:
         return compose_file(settings, environment(settings, gid), stack_hash, (model_digest or "none")[:12])
@@ -445,7 +443,7 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int):
     yield compose(settings.stack_dir, "up", "-d", "--force-recreate", "--remove-orphans")
     if head:
         url = f"http://{settings.api_host}:{settings.api_port}"
-        probe = StringCommand("python3", QuoteString(settings.health_script), "--url", QuoteString(url), "--key-file",
+        probe = StringCommand("python3", QuoteString(settings.programs), "health", "--url", QuoteString(url), "--key-file",
                               QuoteString(settings.api_key_file), "--wait", str(int(ready_timeout)))
         yield FunctionCommand(first_token, (probe, f"serving {settings.model.served_name} (profile {settings.profile_name})",
                                             [node.hostname for node in stacks]), {})

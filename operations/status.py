@@ -21,9 +21,8 @@ def read_status(node) -> dict | None:
     cluster = node.data.cluster
     settings, me = cluster.settings, cluster.node(node.name)
     where = paths(settings.state_dir, settings.model_dir)
-    api = ({"health": where["health"], "url": f"http://{settings.api_host}:{settings.api_port}", "key_file": where["api_key"]}
-           if me.role == "head" else None)
-    return node.get_fact(ServingStatus, watchdog=where["watchdog"], rail_ip=me.fabric_addresses[0], port=settings.watchdog_port,
+    api = {"url": f"http://{settings.api_host}:{settings.api_port}", "key_file": where["api_key"]} if me.role == "head" else None
+    return node.get_fact(ServingStatus, programs=where["programs"], rail_ip=me.fabric_addresses[0], port=settings.watchdog_port,
                          state_file=f"{where['serving']}/{me.role}-starts", log_lines=LOG_LINES, api=api)
 
 

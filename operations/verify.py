@@ -36,11 +36,11 @@ def read_node(node) -> dict | None:
     settings = cluster.settings
     where = paths(settings.state_dir, settings.model_dir)
     tag = cluster.image.tag
-    runtime = {"tag": tag, "marker": smoke_marker(settings.state_dir, tag), "script": where["model_sync"],
+    runtime = {"tag": tag, "marker": smoke_marker(settings.state_dir, tag), "programs": where["programs"],
                "model_dir": settings.model_dir, "manifest": where["manifest"], "state": where["verified"]}
     serving = {"stack_dir": settings.stack_dir, "key_file": where["api_key"]}
     if cluster.node(node.name).role == "head":
-        serving |= {"health": where["health"], "api_host": settings.api_host, "api_port": settings.api_port}
+        serving |= {"api_host": settings.api_host, "api_port": settings.api_port}
     return node.get_fact(
         Readiness, user=cluster.deploy_user, pings=[f"{netdev} {address}" for _, netdev, _, address in ping_targets(cluster, node.name)],
         size=settings.fabric_mtu - 28, ssh_to=[address for _, address in ssh_targets(cluster, node.name)], userns_key=USERNS_KEY,

@@ -1,10 +1,13 @@
 """Runtime artifacts: the profile's runtime image and the model, on every node, each obtained
 once on the head and passed down the chain of ranks over the fabric, verified on arrival."""
 
+from io import BytesIO
+
 from pyinfra import host
 
 from operations.managed import managed_files
 from operations.runtime import model_on_every_node, paths, runtime_image
+from programs import built
 
 cluster = host.data.cluster
 settings, user = cluster.settings, cluster.deploy_user
@@ -13,15 +16,9 @@ image_name, image = cluster.image_name, cluster.image
 container = {"mounts": settings.container_mounts, "env": settings.container_env}
 
 managed_files(
-    name=f"Claim the deploy's directories (state, model: {user}'s, stack), then install the helpers (model hashing and "
-         "replication, hub fetch, progress lines, serving health and watchdog)",
-    programs=[
-        ("files/runtime/model_sync.py", where["model_sync"], "755"),
-        ("files/runtime/fetch_model.py", where["fetch_model"], "755"),
-        ("files/runtime/progress.py", where["progress"], "755"),
-        ("files/serving/health.py", where["health"], "755"),
-        ("files/serving/watchdog.py", where["watchdog"], "755"),
-    ],
+    name=f"Claim the deploy's directories (state, model: {user}'s, stack), then install the programs in one archive "
+         "(model hashing and replication, hub fetch, progress lines, serving health and watchdog)",
+    programs=[(BytesIO(built()), where["programs"], "755")],
     directories=[  # every one claimed here, in the first step that touches any: a refusal comes before anything changes
         ("state_dir", settings.state_dir, "root", "755"),
         ("model_dir", settings.model_dir, user, "755"),

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+import programs
 from cluster import Image, Model
 from operations import runtime
 from operations.runtime import fetch, paths
@@ -144,14 +145,15 @@ def test_a_fetch_into_a_directory_the_deploy_did_not_claim_is_refused(tmp_path):
 
 
 def copying(tmp_path: Path, model_dir: Path, config: bool = True):
-    """The copy from a directory on the head, with this repository's helpers."""
+    """The copy from a directory on the head, with the programs' archive this repository builds."""
     source = tmp_path / "source"
     source.mkdir()
     (source / "model.safetensors").write_bytes(b"weights")
     if config:
         (source / "config.json").write_text("{}")
-    where = {**paths("/s", str(model_dir)), "model_sync": str(REPO / "files/runtime/model_sync.py"),
-             "progress": str(REPO / "files/runtime/progress.py"), "manifest": str(tmp_path / "manifest.json")}
+    archive = tmp_path / "dual-spark.pyz"
+    archive.write_bytes(programs.built())
+    where = {**paths("/s", str(model_dir)), "programs": str(archive), "manifest": str(tmp_path / "manifest.json")}
     return fetch(Model("x", "auto", path=str(source)), "spark", where, str(model_dir), IMAGE, "http://hub", "~/t", NO_CONTAINER).args[0]
 
 
@@ -273,7 +275,7 @@ def test_an_image_hop_from_a_worker_streams_from_it_to_the_next_and_tests_it_the
     worker2's second rail: its first does not answer), the IDs compared, smoke-tested on worker2."""
     state = tmp_path / "state"
     (state / "bin").mkdir(parents=True)
-    shutil.copy(REPO / "files/runtime/progress.py", state / "bin/progress.py")
+    (state / "bin/dual-spark.pyz").write_bytes(programs.built())
     marker = runtime.smoke_marker(str(state), IMAGE.tag)
     image_id = "sha256:" + "ab" * 32
     have = {"id": image_id, "size": 20, "smoke_tested": image_id, "speculative_keys": ["method"], "unreadable": []}
@@ -293,12 +295,12 @@ def test_an_image_hop_from_a_worker_streams_from_it_to_the_next_and_tests_it_the
     assert not any(call[:2] == ["docker", "head"] for call in calls)  # the head's link stays free
 
 
-def test_a_model_hop_from_a_worker_runs_model_sync_there_as_the_deploy_user(tmp_path):
-    """worker1 holds the model, verified, worker2 nothing: model_sync send runs on worker1 (not
+def test_a_model_hop_from_a_worker_runs_sync_there_as_the_deploy_user(tmp_path):
+    """worker1 holds the model, verified, worker2 nothing: sync send runs on worker1 (not
     under sudo), bound to its rails, to worker2's, the head's manifest on its stdin."""
     state = tmp_path / "state"
     (state / "bin").mkdir(parents=True)
-    (state / "bin/model_sync.py").write_text(RECORDER.replace("os.path.basename(sys.argv[0]), *sys.argv[1:]",
+    (state / "bin/dual-spark.pyz").write_text(RECORDER.replace("os.path.basename(sys.argv[0]), *sys.argv[1:]",
                                                               "os.environ.get('NODE', 'head'), *sys.argv[1:], sys.stdin.read()"))
     where = paths(str(state), "/m")
     Path(where["manifest"]).write_text('{"digest": "the head\'s manifest"}')
@@ -309,11 +311,11 @@ def test_a_model_hop_from_a_worker_runs_model_sync_there_as_the_deploy_user(tmp_
         tmp_path, "runtime.ModelState",
         {"model": HUB_MODEL, "user": "spark", "state_dir": str(state), "model_dir": "/m", "image": IMAGE, "hf_endpoint": "http://hub",
          "hf_token_file": "~/t", "container": NO_CONTAINER, "streams": 2, "verify_model": "size"},
-        {"script": where["model_sync"], "model_dir": "/m", "manifest": where["manifest"], "state": where["verified"], "user": "spark",
+        {"programs": where["programs"], "model_dir": "/m", "manifest": where["manifest"], "state": where["verified"], "user": "spark",
          "token_file": "~/t"},
         {**done, "manifest": manifest, "verified": None}, done, {**done, "verified": None})
     assert result.returncode == 0, result.stderr
     assert calls == [["ssh", "head", "spark@10.0.0.2"],
-                     ["10.0.0.2", "send", "--dir", "/m", "--manifest", "-", "--peer", "spark@10.0.0.3,spark@10.0.1.3",
+                     ["10.0.0.2", "sync", "send", "--dir", "/m", "--manifest", "-", "--peer", "spark@10.0.0.3,spark@10.0.1.3",
                       "--local", "10.0.0.2,10.0.1.2", "--remote-dir", "/m", "--remote-state", where["verified"],
-                      "--remote-script", where["model_sync"], "--streams", "2", "--progress", "10", '{"digest": "the head\'s manifest"}']]
+                      "--remote-script", where["programs"], "--streams", "2", "--progress", "10", '{"digest": "the head\'s manifest"}']]

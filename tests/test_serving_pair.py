@@ -1,6 +1,7 @@
 """A two-node site written before the cluster model (tests/pair/site.toml) renders every node's
-compose.yaml and launch.sh byte for byte as the pair-only code did (tests/pair/expected/, GID 3 and
-a fixed model digest): an upgrade restarts no pair. A four-node site renders its own."""
+compose.yaml and launch.sh byte for byte as pinned (tests/pair/expected/, GID 3 and a fixed model
+digest): as the pair-only code did, but for the programs, mounted and run as one archive, and the
+watchdog's digest. A four-node site renders its own."""
 
 import json
 from pathlib import Path

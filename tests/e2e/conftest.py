@@ -99,7 +99,7 @@ def generates() -> bool:
     from lab.processes import in_node
 
     try:
-        return in_node(HEAD.dir, "python3", "/var/lib/dual-spark/bin/health.py", "--key-file", "/var/lib/dual-spark/api-key",
+        return in_node(HEAD.dir, "python3", "/var/lib/dual-spark/bin/dual-spark.pyz", "health", "--key-file", "/var/lib/dual-spark/api-key",
                        "--timeout", "20", capture_output=True, check=False).returncode == 0
     except (OSError, subprocess.SubprocessError):
         return False

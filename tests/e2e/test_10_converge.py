@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 import pytest
 
+import programs
 from lab import faults, image, nodes
 from lab.config import HEAD, LAB_DIR, NODES, WORKER
 from tests.e2e.conftest import LAB_ENV, PYINFRA, REPO, pyinfra, serving_after
@@ -51,8 +52,6 @@ def tree_digest(root: Path) -> dict[str, str]:
     return digest
 
 
-PROGRAMS = ("files/runtime/model_sync.py", "files/runtime/fetch_model.py", "files/runtime/progress.py", "files/serving/health.py",
-            "files/serving/watchdog.py")
 
 
 def new_file_diffs(output: str) -> dict[str, list[bool]]:
@@ -71,12 +70,12 @@ def new_file_diffs(output: str) -> dict[str, list[bool]]:
 
 
 def program_defs() -> list[str]:
-    """The def and class lines of the helper programs the deploy ships."""
-    return [line for source in PROGRAMS for line in (REPO / source).read_text().splitlines() if line.startswith(("def ", "class "))]
+    """The def and class lines of the programs the deploy ships (every file of their archive)."""
+    return [line for text in programs.sources().values() for line in text.splitlines() if line.startswith(("def ", "class "))]
 
 
 def program_lines(output: str) -> list[str]:
-    """The lines of a diff that show a helper program's def or class lines."""
+    """The lines of a diff that show a program's def or class lines."""
     defs = set(program_defs())
     return [line for line in click.unstyle(output).splitlines() if re.sub(r"^\s*\+ ", "", line) in defs]
 
@@ -101,7 +100,7 @@ def test_machine_id_repair_refuses_an_unexpected_hostname(lab, tmp_path):
 def test_a_dry_run_on_the_factory_image_shows_every_step_and_changes_nothing(lab):
     """What a user sees first (--dry, or the diff shown before asking): every step's change, the
     serving stacks included, though the rails have no address and so no GID yet. Configuration
-    shows its whole diff; a helper program one line (its body with show_program_diffs=true)."""
+    shows its whole diff; the programs' archive one line (each of its files with show_program_diffs=true)."""
     before = {node.role: tree_digest(node.dir / "upper") for node in NODES.values()}
     result = pyinfra("--dry")
     assert result.returncode == 0, result.stdout
@@ -112,11 +111,10 @@ def test_a_dry_run_on_the_factory_image_shows_every_step_and_changes_nothing(lab
                  "/etc/security/limits.d/99-rdma.conf", "/etc/systemd/system.conf.d/90-rdma-memlock.conf",
                  "/etc/sysctl.d/60-apparmor-userns.conf"):
         assert shown.get(path) == [True, True], f"{path}: {shown.get(path)}\n{result.stdout}"
-    for source in PROGRAMS:
-        text = (REPO / source).read_text()
-        line = (f"Will create /var/lib/dual-spark/bin/{Path(source).name} (program, {len(text.splitlines())} lines, "
-                f"sha256 {hashlib.sha256(text.encode()).hexdigest()[:12]}): full diff with --data show_program_diffs=true")
-        assert result.stdout.count(line) == 2, result.stdout
+    lines = sum(len(text.splitlines()) for text in programs.sources().values())
+    line = (f"Will create /var/lib/dual-spark/bin/dual-spark.pyz (program, {lines} lines, "
+            f"sha256 {hashlib.sha256(programs.built()).hexdigest()[:12]}): full diff with --data show_program_diffs=true")
+    assert result.stdout.count(line) == 2, result.stdout
     assert not program_lines(result.stdout), result.stdout
     assert len(result.stdout.splitlines()) < 600, "the first dry run no longer fits on a few screens"
     full = pyinfra("--dry", "--data", "show_program_diffs=true")

@@ -118,7 +118,7 @@ def test_a_cut_transfer_resumes_where_it_stopped(big_model):
     while time.monotonic() < deadline and run.poll() is None:
         landed = sum(p.stat().st_blocks * 512 for p in worker_dir.glob("*.dsp-part"))
         if landed >= 64 << 20:  # at least a chunk's worth written
-            assert faults.kill(WORKER, "model_sync.py receive")
+            assert faults.kill(WORKER, "dual-spark.pyz sync receive")
             break
         time.sleep(0.02)
     output = run.communicate(timeout=300)[0]
@@ -250,7 +250,7 @@ def test_a_long_fetch_says_where_it_is_while_it_runs(hub, tmp_path):
         run.wait(timeout=60)
     output = "".join(line for _, line in lines)
     assert run.returncode == 0, output
-    of_total = re.escape(f"of {total / 2**20:.1f} MiB")  # the model's files and the extra one, as progress.py writes sizes
+    of_total = re.escape(f"of {total / 2**20:.1f} MiB")  # the model's files and the extra one, as progress writes sizes
     progress = [(at, line) for at, line in lines if re.search(r"\[spark-head\]\s+fetching lab/tiny-llama: [\d.]+ \w+ " + of_total +
                                                               r" \(\d+%\), [\d.]+ \w+/s", line)]
     [(done_at, _)] = [(at, line) for at, line in lines if "fetched lab/tiny-llama: commit " + slow.commit in line]

@@ -2,10 +2,10 @@
 # Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
 # The head's vLLM, profile fast: shipped as a file and exec'd, so no argument is
 # quoted through nested shells (the --speculative-config JSON survives as written). Beside it runs
-# the watchdog (watchdog.py, sha256 873e04a295ab4d10...), which ends vLLM when this side can
+# the watchdog (watchdog.py, sha256 9a6d4ded5a9d6e76...), which ends vLLM when this side can
 # no longer serve: Docker then restarts the container, with a backoff when it keeps failing to come up.
 set -eu
-watchdog() { /opt/env/bin/python /dual-spark/watchdog.py "$@"; }
+watchdog() { /opt/env/bin/python /dual-spark/dual-spark.pyz watchdog "$@"; }
 watchdog backoff --state /dual-spark/state/head-starts
 # The API key reaches vLLM by its environment (VLLM_API_KEY), not its command line, where any
 # user of the host could read it in the process list.

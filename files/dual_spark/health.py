@@ -1,12 +1,10 @@
-#!/usr/bin/env python3
-# Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
-"""Is the two-node vLLM serving? Generates one token through the API with its key: `/health`
-answers 200 for minutes after the worker died, so only a generated token proves both ranks
-work. Prints one JSON line (never the key); exits 0 when a token came back. With --metrics it
+"""Is the multi-node vLLM serving? Generates one token through the API with its key: `/health`
+answers 200 for minutes after a worker died, so only a generated token proves every rank
+works. Prints one JSON line (never the key); exits 0 when a token came back. With --metrics it
 also reads vLLM's /metrics: the speculative-decoding counters since the start (None where the
 profile does not speculate) and the requests running and waiting.
 
-    health.py --url http://127.0.0.1:8888 --key-file FILE [--wait SECONDS] [--timeout SECONDS] [--metrics]
+    health --url http://127.0.0.1:8888 --key-file FILE [--wait SECONDS] [--timeout SECONDS] [--metrics]
 """
 
 from __future__ import annotations
@@ -82,14 +80,14 @@ def metrics(url: str, timeout: float) -> dict | None:
             **{key: int(found[key]) if key in found else None for key in GAUGES.values()}}
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str], prog: str) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:8888")
     parser.add_argument("--key-file", type=Path, required=True)
     parser.add_argument("--wait", type=float, default=0, help="keep trying this many seconds")
     parser.add_argument("--timeout", type=float, default=30, help="seconds for each request")
     parser.add_argument("--metrics", action="store_true", help="also read /metrics")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     key = args.key_file.read_text().strip()
     started = time.monotonic()
     while True:
@@ -103,6 +101,3 @@ def main() -> None:
     print(json.dumps(reading))
     sys.exit(0 if reading["ok"] else 1)
 
-
-if __name__ == "__main__":
-    main()

@@ -1,4 +1,4 @@
-"""progress.py, the progress lines of the deploy's long steps: their wording, how often they
+"""progress, the progress lines of the deploy's long steps: their wording, how often they
 come, and its two programs (a counting pipe, a command watched) run for real."""
 
 import io
@@ -6,14 +6,13 @@ import re
 import subprocess
 import sys
 import time
-from pathlib import Path
 
 import pytest
+from dual_spark import progress
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "files/runtime"))
-import progress  # noqa: E402
+from tests.programs import ARCHIVE
 
-PROGRAM = Path(progress.__file__)
+PROGRAM = [sys.executable, str(ARCHIVE), "progress"]
 
 
 @pytest.mark.parametrize(("n", "text"), [(0, "0 B"), (1023, "1023 B"), (1536, "1.5 KiB"), (12.34 * (1 << 20), "12.3 MiB"),
@@ -57,17 +56,17 @@ def test_no_lines_when_silent_or_before_the_first_interval():
 
 def test_the_pipe_passes_every_byte_and_reports_on_its_own_descriptor():
     data = bytes(range(256)) * 40000
-    result = subprocess.run([sys.executable, PROGRAM, "pipe", "--what", "streaming image x", "--total", str(len(data))],
+    result = subprocess.run([*PROGRAM, "pipe", "--what", "streaming image x", "--total", str(len(data))],
                             input=data, capture_output=True, timeout=60)
     assert result.returncode == 0 and result.stdout == data
     assert result.stderr.decode().splitlines()[-1].startswith("streaming image x: 9.8 MiB in 0 s")
 
 
 def test_run_ends_with_one_line_or_with_the_commands_last_lines_and_status():
-    done = subprocess.run([sys.executable, PROGRAM, "run", "--what", "building image x", "--", "sh", "-c", "echo step 1"],
+    done = subprocess.run([*PROGRAM, "run", "--what", "building image x", "--", "sh", "-c", "echo step 1"],
                           capture_output=True, text=True, timeout=60)
     assert done.returncode == 0 and done.stdout == "building image x: done in 0 s\n"
-    failed = subprocess.run([sys.executable, PROGRAM, "run", "--what", "pulling x", "--", "sh", "-c",
+    failed = subprocess.run([*PROGRAM, "run", "--what", "pulling x", "--", "sh", "-c",
                              "printf 'layer 1\\rlayer 2\\n'; echo 'denied: no access' >&2; exit 3"],
                             capture_output=True, text=True, timeout=60)
     assert failed.returncode == 3 and failed.stdout == ""
@@ -75,7 +74,7 @@ def test_run_ends_with_one_line_or_with_the_commands_last_lines_and_status():
 
 
 def test_run_says_so_when_the_command_is_missing():
-    missing = subprocess.run([sys.executable, PROGRAM, "run", "--what", "copying x", "--", "no-such-program-here"],
+    missing = subprocess.run([*PROGRAM, "run", "--what", "copying x", "--", "no-such-program-here"],
                              capture_output=True, text=True, timeout=60)
     # The OS's reason depends on PATH (a directory this user may not search reads "Permission denied").
     assert missing.returncode == 127 and re.fullmatch(r"copying x: cannot run no-such-program-here: \S.*\n", missing.stderr), missing.stderr

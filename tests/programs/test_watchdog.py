@@ -1,4 +1,4 @@
-"""The serving watchdog (files/serving/watchdog.py) as it runs beside vLLM: the real program
+"""The serving watchdog (files/dual_spark/watchdog.py) as it runs beside vLLM: the real program
 against stand-ins for what it watches (an API that generates or not, whose token counters move
 or not; a head's status endpoint; workers' status endpoints), ending a stand-in for vLLM (a
 sleeping process). With several workers, each runs its own watchdog and launch.sh waits for each
@@ -12,13 +12,11 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
 from tests.net import free_port
-
-PROGRAM = Path(__file__).resolve().parents[1] / "files/serving/watchdog.py"
+from tests.programs import ARCHIVE
 
 
 class FakeApi:
@@ -112,7 +110,7 @@ def vllm():
 
 
 def watchdog(*args: str) -> subprocess.Popen:
-    return subprocess.Popen([sys.executable, str(PROGRAM), *args], stderr=subprocess.PIPE, text=True)
+    return subprocess.Popen([sys.executable, str(ARCHIVE), "watchdog", *args], stderr=subprocess.PIPE, text=True)
 
 
 @pytest.fixture
@@ -211,7 +209,7 @@ def test_a_head_waits_for_every_worker_as_its_launch_script_does(tmp_path):
     when both are fresh, whichever was last."""
     port = free_port()
     workers = [FakeWorker("127.0.0.2", port, "waiting"), FakeWorker("127.0.0.3", port)]
-    waits = "; ".join(f"{sys.executable} {PROGRAM} wait-for-worker --worker-ip 127.0.0.{n} --port {port} --timeout 60"
+    waits = "; ".join(f"{sys.executable} {ARCHIVE} watchdog wait-for-worker --worker-ip 127.0.0.{n} --port {port} --timeout 60"
                       for n in (2, 3))
     process = subprocess.Popen(["sh", "-c", f"set -e; {waits}; echo started vLLM >&2"], stderr=subprocess.PIPE, text=True)
     try:

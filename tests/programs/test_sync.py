@@ -1,5 +1,6 @@
-"""model_sync.py, the program that hashes the model and replicates it to the worker: real
-files, real TCP streams on loopback addresses; only ssh is a stand-in (tests/model_sync/ssh)."""
+"""sync, the program that hashes the model and replicates it to a worker, run from the archive
+the deploy ships: real files, real TCP streams on loopback addresses; only ssh is a stand-in
+(tests/programs/ssh, which runs the worker's side from the same archive)."""
 
 import json
 import os
@@ -11,10 +12,11 @@ import time
 from pathlib import Path
 
 import pytest
+from dual_spark.sync.model import CHUNK
 
-REPO = Path(__file__).resolve().parents[1]
-PROGRAM = REPO / "files/runtime/model_sync.py"
-CHUNK = 64 << 20
+from tests.programs import ARCHIVE
+
+SSH = {**os.environ, "PATH": f"{Path(__file__).parent}:{os.environ['PATH']}"}
 
 
 @pytest.fixture(scope="module")
@@ -39,8 +41,8 @@ def model(source, tmp_path):
 
 
 def run(*args, env_path=True, check=True) -> dict:
-    env = {**os.environ, "PATH": f"{REPO / 'tests/model_sync'}:{os.environ['PATH']}"} if env_path else None
-    result = subprocess.run([sys.executable, str(PROGRAM), *map(str, args)], capture_output=True, text=True, env=env, timeout=120)
+    env = SSH if env_path else None
+    result = subprocess.run([sys.executable, str(ARCHIVE), "sync", *map(str, args)], capture_output=True, text=True, env=env, timeout=120)
     if check:
         assert result.returncode == 0, result.stderr
         return json.loads(result.stdout.splitlines()[-1])
@@ -105,15 +107,14 @@ def test_a_corrupted_chunk_and_a_truncated_file_are_found_and_only_they_resent(m
 def test_a_cut_transfer_resumes_where_it_stopped(model, tmp_path):
     manifest(model)
     dest = tmp_path / "worker"
-    env = {**os.environ, "PATH": f"{REPO / 'tests/model_sync'}:{os.environ['PATH']}"}
-    sender = subprocess.Popen([sys.executable, str(PROGRAM), "send", "--dir", str(model), "--manifest", str(model.parent / "manifest.json"),
+    sender = subprocess.Popen([sys.executable, str(ARCHIVE), "sync", "send", "--dir", str(model), "--manifest", str(model.parent / "manifest.json"),
                                "--peer", "u@127.0.0.2", "--local", "127.0.0.1", "--remote-dir", str(dest),
                                "--remote-state", str(dest / ".dual-spark-verified.json"), "--streams", "1"],
-                              env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                              env=SSH, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
     while not any(p.name.endswith(".safetensors") for p in dest.glob("*")) and time.monotonic() < deadline:
         time.sleep(0.01)  # until the first shard is complete
-    subprocess.run(["pkill", "-KILL", "-f", f"model_sync.py receive --dir {dest}"])
+    subprocess.run(["pkill", "-KILL", "-f", f"sync receive --dir {dest}"])
     _, stderr = sender.communicate(timeout=60)
     assert sender.returncode == 1 and "Run the deploy again: it resumes" in stderr
     assert not (dest / ".dual-spark-verified.json").exists()
@@ -260,13 +261,12 @@ def test_a_worker_sends_its_verified_copy_on_with_the_heads_manifest_on_stdin(mo
     manifest(model)
     first, second = tmp_path / "worker1", tmp_path / "worker2"
     send(model, first)
-    env = {**os.environ, "PATH": f"{REPO / 'tests/model_sync'}:{os.environ['PATH']}"}
 
     def hop(check=True):
         result = subprocess.run(
-            [sys.executable, str(PROGRAM), "send", "--dir", str(first), "--manifest", "-", "--peer", "u@127.0.0.3,u@127.0.0.4",
+            [sys.executable, str(ARCHIVE), "sync", "send", "--dir", str(first), "--manifest", "-", "--peer", "u@127.0.0.3,u@127.0.0.4",
              "--local", "127.0.0.2,127.0.0.2", "--remote-dir", str(second), "--remote-state", str(second / ".dual-spark-verified.json"),
-             "--streams", "2"], input=(model.parent / "manifest.json").read_text(), capture_output=True, text=True, env=env, timeout=120)
+             "--streams", "2"], input=(model.parent / "manifest.json").read_text(), capture_output=True, text=True, env=SSH, timeout=120)
         assert result.returncode == 0 or not check, result.stderr
         return result
 

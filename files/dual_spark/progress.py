@@ -1,18 +1,14 @@
-#!/usr/bin/env python3
-# Managed by the dual-spark deploy (tasks/runtime.py): edits here are overwritten.
 """Progress lines for the deploy's long steps (hub fetch, image build, pull and stream, model
 hashing and replication): what, bytes done of total, rate and time left, every EVERY seconds
 while the step runs, so that pyinfra prints them as they come (the operations run these steps
-with their output shown live). model_sync.py and fetch_model.py import it from their directory.
+with their output shown live). sync and fetch use its Progress.
 
-    progress.py pipe --what TEXT [--total BYTES] [--fd N]
+    progress pipe --what TEXT [--total BYTES] [--fd N]
         Copy stdin to stdout, counting the bytes; progress lines and a final one go to fd N.
-    progress.py run --what TEXT -- COMMAND...
+    progress run --what TEXT -- COMMAND...
         Run COMMAND, saying every EVERY seconds how long it has run and its latest output line
         (carriage returns end lines too, as rsync's progress writes them); its last lines go to
         stderr if it fails, with its exit status.
-
-Python 3.10+, standard library only.
 """
 
 from __future__ import annotations
@@ -148,8 +144,8 @@ def run(what: str, command: list[str], every: float = EVERY) -> int:
     return code
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str], prog: str) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     p = commands.add_parser("pipe")
     p.add_argument("--what", required=True)
@@ -158,7 +154,7 @@ def main() -> None:
     r = commands.add_parser("run")
     r.add_argument("--what", required=True)
     r.add_argument("argv", nargs=argparse.REMAINDER)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.command == "pipe":
         pipe(args.what, args.total or None, os.fdopen(args.fd, "w", closefd=False))
         return
@@ -167,6 +163,3 @@ def main() -> None:
         parser.error("run needs a command after --")
     sys.exit(run(args.what, argv))
 
-
-if __name__ == "__main__":
-    main()

@@ -1,16 +1,14 @@
-#!/usr/bin/env python3
-# Managed by the dual-spark deploy (tasks/runtime.py): edits here are overwritten.
 """Fetch a model repository at a pinned revision from the Hugging Face hub into a directory,
 once, on the head. Runs inside the runtime image (which has huggingface_hub); the hub is
 $HF_ENDPOINT. Before any byte moves it checks what a user gets wrong: a gated repository without
 a token (or with one that has no access), a revision that does not exist, a disk too small.
 Files already complete are not fetched again; LFS files are checked against the hub's SHA-256.
 
-    fetch_model.py --repo ORG/NAME --revision COMMIT --dest DIR [--token-file FILE] [--workers N]
-                   [--progress SECONDS]
+    fetch --repo ORG/NAME --revision COMMIT --dest DIR [--token-file FILE] [--workers N]
+          [--progress SECONDS]
 
 It prints a JSON summary; with --progress, a progress line that often while the bytes move
-(progress.py, mounted beside it) and a summary line for people instead.
+(progress.py) and a summary line for people instead.
 """
 
 from __future__ import annotations
@@ -27,7 +25,8 @@ from pathlib import Path
 
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
-from progress import Progress
+
+from .progress import Progress
 
 
 def fail(message: str) -> None:
@@ -58,15 +57,15 @@ def tree_bytes(root: Path) -> int:
     return total
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str], prog: str) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--repo", required=True)
     parser.add_argument("--revision", required=True)
     parser.add_argument("--dest", type=Path, required=True)
     parser.add_argument("--token-file", type=Path)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--progress", type=float, metavar="SECONDS")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     started = time.monotonic()
     token = args.token_file.read_text().strip() if args.token_file and args.token_file.is_file() else None
     where = f"{args.repo} at {args.revision[:12]}"
@@ -130,6 +129,3 @@ def main() -> None:
     else:
         print(json.dumps(summary))
 
-
-if __name__ == "__main__":
-    main()

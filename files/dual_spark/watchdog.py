@@ -1,5 +1,3 @@
-#!/usr/bin/env python3
-# Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
 """Keeps a multi-node vLLM (a head and its workers) serving without a person. Runs inside each
 node's container beside vLLM (started by launch.sh) and ends vLLM, so that Docker restarts the
 container, when this side can no longer serve. What multi-node vLLM does when a rank dies (the
@@ -21,13 +19,13 @@ lab's trials):
 
 Every status endpoint listens on the node's own fabric address only and carries no secret.
 
-    watchdog.py head --ip HEAD_RAIL_IP --port P --url URL --key-file F --pid PID --state FILE
-                     [--worker-ip WORKER_RAIL_IP ...]
-    watchdog.py worker --ip WORKER_RAIL_IP --head-ip HEAD_RAIL_IP --port P --pid PID --state FILE
-    watchdog.py wait-for-worker --worker-ip WORKER_RAIL_IP --port P --timeout S
-    watchdog.py backoff --state FILE            (waits before a start when the last ones never served)
-    watchdog.py check --ip RAIL_IP --port P     (Docker's health check: is this side serving?)
-    watchdog.py status --ip RAIL_IP --port P --state FILE   (one JSON line, for `tasks/status.py`)
+    watchdog head --ip HEAD_RAIL_IP --port P --url URL --key-file F --pid PID --state FILE
+                  [--worker-ip WORKER_RAIL_IP ...]
+    watchdog worker --ip WORKER_RAIL_IP --head-ip HEAD_RAIL_IP --port P --pid PID --state FILE
+    watchdog wait-for-worker --worker-ip WORKER_RAIL_IP --port P --timeout S
+    watchdog backoff --state FILE            (waits before a start when the last ones never served)
+    watchdog check --ip RAIL_IP --port P     (Docker's health check: is this side serving?)
+    watchdog status --ip RAIL_IP --port P --state FILE   (one JSON line, for `tasks/status.py`)
 """
 
 from __future__ import annotations
@@ -289,8 +287,8 @@ def status(args) -> None:
     print(json.dumps({"live": peer_status(args.ip, args.port), "starts": starts}))
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+def main(argv: list[str], prog: str) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
     h = commands.add_parser("head")
     h.add_argument("--ip", required=True)
@@ -323,10 +321,7 @@ def main() -> None:
     s.add_argument("--ip", required=True)
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--state", required=True)
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     {"head": head, "worker": worker, "wait-for-worker": wait_for_worker, "backoff": backoff, "check": check,
      "status": status}[args.command](args)
 
-
-if __name__ == "__main__":
-    main()

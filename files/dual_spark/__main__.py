@@ -1,0 +1,32 @@
+"""python3 dual-spark.pyz PROGRAM [ARGS...], PROGRAM one of:
+
+    sync      the model hashed on the head and replicated down the chain of ranks, verified
+    fetch     the model fetched from the Hugging Face hub (inside the runtime image)
+    progress  progress lines of a long step: a counting pipe, a command watched
+    health    does the API generate a token (and vLLM's metrics)
+    watchdog  beside vLLM in each container: ends it when this side can no longer serve
+
+`PROGRAM --help` tells each one's arguments.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import sys
+
+PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "watchdog": "watchdog"}
+
+
+def main() -> None:
+    """Run the program named first: only its module is imported."""
+    name, *argv = sys.argv[1:] or [""]
+    if name not in PROGRAMS:
+        print(__doc__, file=sys.stdout if name in ("-h", "--help") else sys.stderr)
+        sys.exit(0 if name in ("-h", "--help") else 2)
+    program = importlib.import_module(f"{__package__}.{PROGRAMS[name]}")
+    program.main(argv, prog=f"{os.path.basename(sys.argv[0])} {name}")
+
+
+if __name__ == "__main__":
+    main()
