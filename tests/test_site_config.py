@@ -1,6 +1,9 @@
 """Bad site files and overrides are rejected by the real pyinfra CLI before it connects to any
 host, with a message that names the field; a good one does reach the hosts."""
 
+import json
+import os
+import select
 import socket
 import subprocess
 import sys
@@ -119,16 +122,89 @@ def listeners():
     listening.close()
 
 
-def run_pyinfra(site: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run(
-        [str(PYINFRA), "--dry", *args, "inventory.py", "deploy.py"],
-        cwd=REPO, env={"DUAL_SPARK_SITE": str(site), "PATH": "/usr/bin:/bin"},
-        capture_output=True, text=True, timeout=60, stdin=subprocess.DEVNULL,
-    )
+# The pyinfra command, each run its own process: a fork of one that has done what the command
+# does first, importing pyinfra_cli.main as its console script does (with gevent's patching),
+# and nothing else. A run then costs what pyinfra does with the site, not Python's start and
+# pyinfra's imports (half a second a run); the rest is the command's own: its arguments and
+# environment, stdin, stdout and stderr, its exit (SystemExit, a traceback or atexit as Python
+# ends any program).
+FORKS = r"""
+import json, os, sys
+from gevent.monkey import get_original
+
+script = sys.argv[1]
+sys.argv = [script]
+sys.path[0] = os.path.dirname(script)  # where a console script's own directory stands
+from pyinfra_cli.main import main  # noqa: E402 - what the console script runs
+
+fork, waitpid = get_original("os", ["fork", "waitpid"])
+requests = os.fdopen(os.dup(0), "r")
+os.dup2(os.open(os.devnull, os.O_RDONLY), 0)
+answers = os.dup(1)
+for line in requests:
+    run = json.loads(line)
+    pid = fork()
+    if pid == 0:
+        requests.close(), os.close(answers)
+        for fd, path in ((1, run["stdout"]), (2, run["stderr"])):
+            os.dup2(os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), fd)
+        os.chdir(run["cwd"])
+        os.environ.update(run["env"])  # the rest is as Python set it up at the start
+        sys.argv = [script, *run["args"]]
+        sys.exit(main())  # the child ends here, as the command does
+    os.write(answers, json.dumps({"pid": pid}).encode() + b"\n")
+    os.write(answers, json.dumps({"status": os.waitstatus_to_exitcode(waitpid(pid, 0)[1])}).encode() + b"\n")
+"""
+
+
+class Pyinfra:
+    """Runs `pyinfra --dry ARGS inventory.py deploy.py` in the repository, as a process of its own
+    whose environment is PATH and the site's DUAL_SPARK_SITE."""
+
+    def __init__(self):
+        self.forks = subprocess.Popen([sys.executable, "-c", FORKS, str(PYINFRA)], cwd=REPO, env={"PATH": "/usr/bin:/bin"},
+                                      stdin=subprocess.PIPE, stdout=subprocess.PIPE, bufsize=0)  # no read-ahead past select
+
+    def answer(self, timeout: float) -> dict:
+        ready, _, _ = select.select([self.forks.stdout], [], [], timeout)
+        line = self.forks.stdout.readline() if ready else b""
+        assert line, f"no answer from pyinfra within {timeout} s (exit {self.forks.poll()})"
+        return json.loads(line)
+
+    def run(self, tmp_path: Path, site: Path, *args: str, timeout: float = 60) -> subprocess.CompletedProcess:
+        out, err = tmp_path / "pyinfra.stdout", tmp_path / "pyinfra.stderr"
+        argv = ["--dry", *args, "inventory.py", "deploy.py"]
+        self.forks.stdin.write(json.dumps({"args": argv, "cwd": str(REPO), "stdout": str(out), "stderr": str(err),
+                                           "env": {"DUAL_SPARK_SITE": str(site)}}).encode() + b"\n")
+        self.forks.stdin.flush()
+        pid = self.answer(10)["pid"]
+        try:
+            status = self.answer(timeout)["status"]
+        except AssertionError:
+            os.kill(pid, 9)
+            self.answer(10)  # its exit, so that the next run reads its own
+            raise
+        return subprocess.CompletedProcess([str(PYINFRA), *argv], status, out.read_text(), err.read_text())
+
+    def close(self):
+        self.forks.stdin.close()
+        self.forks.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def pyinfra():
+    command = Pyinfra()
+    yield command
+    command.close()
+
+
+@pytest.fixture
+def run_pyinfra(pyinfra, tmp_path):
+    return lambda site, *args: pyinfra.run(tmp_path, site, *args)
 
 
 @pytest.mark.parametrize("case, old, new, args, field", BAD_CONFIGURATIONS, ids=[c[0] for c in BAD_CONFIGURATIONS])
-def test_bad_configuration_is_rejected_before_any_connection(tmp_path, listeners, case, old, new, args, field):
+def test_bad_configuration_is_rejected_before_any_connection(tmp_path, listeners, run_pyinfra, case, old, new, args, field):
     site = tmp_path / "site.toml"
     site.write_text(bad_site(listeners.port, old, new))
     result = run_pyinfra(site, *args)
@@ -138,7 +214,7 @@ def test_bad_configuration_is_rejected_before_any_connection(tmp_path, listeners
     assert listeners.connections() == 0
 
 
-def test_a_malformed_override_is_refused_before_any_connection(tmp_path, listeners):
+def test_a_malformed_override_is_refused_before_any_connection(tmp_path, listeners, run_pyinfra):
     """pyinfra's own reading of --data recursed until Python gave up, or found no '=': a traceback, before."""
     site = tmp_path / "site.toml"
     site.write_text(GOOD_SITE.format(port=listeners.port))
@@ -151,7 +227,7 @@ def test_a_malformed_override_is_refused_before_any_connection(tmp_path, listene
     assert listeners.connections() == 0
 
 
-def test_good_configuration_reaches_the_hosts(tmp_path, listeners):
+def test_good_configuration_reaches_the_hosts(tmp_path, listeners, run_pyinfra):
     """The control case: the same check sees the connections of a valid site file."""
     site = tmp_path / "site.toml"
     site.write_text(GOOD_SITE.format(port=listeners.port))

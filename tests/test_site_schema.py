@@ -1,15 +1,21 @@
 """The site file's schema (site_schema.py) through the loader: each class of broken input a user
 writes is refused naming the field, and generated wrong shapes and values for every declared key
-are refused naming it or accepted, never a traceback."""
+are refused naming it or accepted, never a traceback.
+
+The documents are TOML text that load_site reads as it reads a file (SiteText: the disk left
+out); tests/test_site_config.py and the unreadable and deep files below read real files."""
 
 import copy
 import json
 import tomllib
+from pathlib import PosixPath
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+import serving_data
+import site_config
 import site_schema as schema
 from site_config import SiteError, default_settings, load_site
 from tests.test_site_config import GOOD_SITE
@@ -57,15 +63,32 @@ def toml_text(document: dict) -> str:
     return "\n".join(lines) + "\n"
 
 
-def load(tmp_path, document: dict, overrides: dict | None = None):
-    site = tmp_path / "site.toml"
-    site.write_text(toml_text(document))
-    return load_site(site, overrides)
+class SiteText(PosixPath):
+    """A site file held in memory: load_site checks, reads, decodes and parses it as it does a
+    file on disk, which costs an example of the properties below more than the check itself."""
+
+    def __new__(cls, text: str):
+        site = super().__new__(cls, "site.toml")
+        site.data = text.encode()
+        return site
+
+    def exists(self, **_) -> bool:
+        return True
+
+    def is_file(self) -> bool:
+        return True
+
+    def read_bytes(self) -> bytes:
+        return self.data
 
 
-def refused(tmp_path, document: dict, overrides: dict | None = None) -> str:
+def load(document: dict, overrides: dict | None = None):
+    return load_site(SiteText(toml_text(document)), overrides)
+
+
+def refused(document: dict, overrides: dict | None = None) -> str:
     with pytest.raises(SiteError) as error:
-        load(tmp_path, document, overrides)
+        load(document, overrides)
     return str(error.value)
 
 
@@ -83,22 +106,22 @@ def with_(path: str, value, base: dict | None = None) -> dict:
     return document
 
 
-def test_the_good_site_and_the_toml_writer_agree(tmp_path):
+def test_the_good_site_and_the_toml_writer_agree():
     assert tomllib.loads(toml_text(GOOD)) == GOOD
-    cluster = load(tmp_path, GOOD)
+    cluster = load(GOOD)
     assert [(node.rank, node.hostname) for node in cluster.nodes] == [(0, "spark-a"), (1, "spark-b")]
 
 
-def test_a_third_node_is_taken_through_a_switch(tmp_path):
+def test_a_third_node_is_taken_through_a_switch():
     """The control case of the three-node mistake below: the same nodes with topology = "switch"."""
-    cluster = load(tmp_path, with_("settings.topology", "switch", with_("node.2", THIRD)))
+    cluster = load(with_("settings.topology", "switch", with_("node.2", THIRD)))
     assert [node.hostname for node in cluster.nodes] == ["spark-a", "spark-b", "spark-c"] and cluster.tensor_parallel == 3
 
 
-def test_every_default_setting_is_declared_and_valid(tmp_path):
+def test_every_default_setting_is_declared_and_valid():
     defaults = default_settings()
     assert set(defaults) == set(schema.SETTINGS)
-    load(tmp_path, with_("settings", defaults))
+    load(with_("settings", defaults))
 
 
 # (what a user wrote, the field the message must name)
@@ -184,17 +207,17 @@ USER_MISTAKES = [
 
 
 @pytest.mark.parametrize("document, field", USER_MISTAKES, ids=[m[1] + f"#{i}" for i, m in enumerate(USER_MISTAKES)])
-def test_a_user_mistake_is_refused_naming_the_field(tmp_path, document, field):
-    assert f"- {field} = " in refused(tmp_path, document)
+def test_a_user_mistake_is_refused_naming_the_field(document, field):
+    assert f"- {field} = " in refused(document)
 
 
-def test_a_schedule_to_max_num_seqs_within_speculative_tokens_is_taken(tmp_path):
+def test_a_schedule_to_max_num_seqs_within_speculative_tokens_is_taken():
     """The control case of the schedule's mistakes: the recipe's 7 at one request and 3 at two to four."""
-    site = load(tmp_path, with_("profile.adaptive", {"speculative_tokens": 7, "speculative_schedule": [[1, 1, 7], [2, 4, 3]],
-                                                     "adaptive_verification": False}))
+    site = load(with_("profile.adaptive", {"speculative_tokens": 7, "speculative_schedule": [[1, 1, 7], [2, 4, 3]],
+                                           "adaptive_verification": False}))
     profile = site.profiles["adaptive"]
     assert (profile.speculative_schedule, profile.adaptive_verification) == ([[1, 1, 7], [2, 4, 3]], False)
-    assert load(tmp_path, with_("profile.adaptive.speculative_schedule", [[1, 4, 0]])).profiles["adaptive"].speculative_schedule == [[1, 4, 0]]
+    assert load(with_("profile.adaptive.speculative_schedule", [[1, 4, 0]])).profiles["adaptive"].speculative_schedule == [[1, 4, 0]]
 
 
 @pytest.mark.parametrize("overrides, field", [
@@ -206,8 +229,8 @@ def test_a_schedule_to_max_num_seqs_within_speculative_tokens_is_taken(tmp_path)
     ({"profile": ["fast"]}, "--data profile"),
     ({"model_dir": "/var/lib/dual-spark", "state_dir": "/var/lib/dual-spark"}, "--data model_dir"),
 ])
-def test_a_bad_override_is_refused_naming_it(tmp_path, overrides, field):
-    assert f"- {field} = " in refused(tmp_path, GOOD, overrides)
+def test_a_bad_override_is_refused_naming_it(overrides, field):
+    assert f"- {field} = " in refused(GOOD, overrides)
 
 
 def test_unreadable_site_files_are_refused_plainly(tmp_path):
@@ -218,8 +241,8 @@ def test_unreadable_site_files_are_refused_plainly(tmp_path):
         load_site(tmp_path)
 
 
-def test_what_a_site_may_mean_is_accepted(tmp_path):
-    site = load(tmp_path, with_("settings", {
+def test_what_a_site_may_mean_is_accepted():
+    site = load(with_("settings", {
         "model_dir": "/data/models/deepseek", "stack_dir": "/etc/dual-spark-b", "api_host": "192.168.1.5", "api_public": True,
         "container_env": {"NCCL_DEBUG": "INFO"}, "host_packages": ["g++", "libnuma1"], "hf_token_file": "~/tokens/hub-token",
     }, with_("node.0.ssh_host", "spark-a.lan")))
@@ -245,10 +268,20 @@ PLACES = (
 )
 
 
-def outcome(tmp_path, document: dict, overrides: dict | None = None) -> str | None:
+@pytest.fixture
+def defaults_read_once(monkeypatch):
+    """The loader's defaults (group_data/settings.py and serving.toml), read once for the
+    thousands of examples below, each load getting its own copy as from a fresh read: what an
+    example varies is the site, and every other test reads the defaults from disk."""
+    settings_read, serving_read = default_settings(), serving_data.defaults()
+    monkeypatch.setattr(site_config, "default_settings", lambda: copy.deepcopy(settings_read))
+    monkeypatch.setattr(serving_data, "defaults", lambda: copy.deepcopy(serving_read))
+
+
+def outcome(document: dict, overrides: dict | None = None) -> str | None:
     """None when valid, else the message; anything but SiteError fails the test."""
     try:
-        load(tmp_path, document, overrides)
+        load(document, overrides)
     except SiteError as error:
         return str(error)
     return None
@@ -257,8 +290,8 @@ def outcome(tmp_path, document: dict, overrides: dict | None = None) -> str | No
 @pytest.mark.parametrize("place, field", PLACES, ids=[p[1] for p in PLACES])
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=VALUES)
-def test_any_value_of_any_key_is_refused_naming_it_or_accepted(tmp_path, place, field, value):
-    message = outcome(tmp_path, with_(place, value))
+def test_any_value_of_any_key_is_refused_naming_it_or_accepted(defaults_read_once, place, field, value):
+    message = outcome(with_(place, value))
     if message is not None:
         key = field.rsplit(".", 1)[-1]
         assert any(line.startswith("  - ") and key in line for line in message.splitlines()[1:]), message
@@ -267,8 +300,8 @@ def test_any_value_of_any_key_is_refused_naming_it_or_accepted(tmp_path, place, 
 @pytest.mark.parametrize("key", sorted(schema.SETTINGS))
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=VALUES)
-def test_any_override_is_refused_naming_it_or_accepted(tmp_path, key, value):
-    message = outcome(tmp_path, GOOD, {key: value})
+def test_any_override_is_refused_naming_it_or_accepted(defaults_read_once, key, value):
+    message = outcome(GOOD, {key: value})
     if message is not None:
         assert f"- --data {key}" in message, message
 
@@ -284,10 +317,10 @@ def test_any_override_is_refused_naming_it_or_accepted(tmp_path, key, value):
      "settings.speculative_options"),
     (with_("settings.generation_config", {"temperature": -1}), "settings.generation_config"),
 ])
-def test_what_only_shows_at_start_or_connection_is_refused_before(tmp_path, document, field):
+def test_what_only_shows_at_start_or_connection_is_refused_before(document, field):
     """Mistakes that would otherwise surface only at the first connection or at vLLM's start
     (after the running pair was stopped)."""
-    assert f"- {field} = " in refused(tmp_path, document)
+    assert f"- {field} = " in refused(document)
 
 
 # The grammar: what a value may be, matched whole and bounded, and hosts in one spelling.
@@ -333,8 +366,8 @@ GRAMMAR_MISTAKES = [
 
 
 @pytest.mark.parametrize("document, field, fix", GRAMMAR_MISTAKES, ids=[m[1] + f"#{i}" for i, m in enumerate(GRAMMAR_MISTAKES)])
-def test_a_value_outside_the_grammar_is_refused_naming_the_field_and_the_fix(tmp_path, document, field, fix):
-    line = next((line for line in refused(tmp_path, document).splitlines() if line.startswith(f"  - {field} = ")), "")
+def test_a_value_outside_the_grammar_is_refused_naming_the_field_and_the_fix(document, field, fix):
+    line = next((line for line in refused(document).splitlines() if line.startswith(f"  - {field} = ")), "")
     assert fix in line and len(line) < 600, line
 
 
@@ -355,9 +388,9 @@ NEWLINE_PLACES = sorted(dict(string_places(with_("settings", {k: v for k, v in d
 
 
 @pytest.mark.parametrize("place, value", NEWLINE_PLACES, ids=[p for p, _ in NEWLINE_PLACES])
-def test_a_value_ending_in_a_newline_is_refused_everywhere(tmp_path, place, value):
+def test_a_value_ending_in_a_newline_is_refused_everywhere(place, value):
     """Every pattern matches the whole value: `$` alone took "spark-2\\n"."""
-    assert refused(tmp_path, with_(place, value + "\n")).count("\n  - ") == 1
+    assert refused(with_(place, value + "\n")).count("\n  - ") == 1
 
 
 @pytest.mark.parametrize("overrides, field, fix", [
@@ -368,13 +401,13 @@ def test_a_value_ending_in_a_newline_is_refused_everywhere(tmp_path, place, valu
     ({"served_name": "x"}, "--data served_name", "[model]"),
     ({"profile": "x" * 5000}, "--data profile", "characters)"),
 ])
-def test_an_override_outside_the_settings_says_where_it_belongs(tmp_path, overrides, field, fix):
-    line = next((line for line in refused(tmp_path, GOOD, overrides).splitlines() if line.startswith(f"  - {field} = ")), "")
+def test_an_override_outside_the_settings_says_where_it_belongs(overrides, field, fix):
+    line = next((line for line in refused(GOOD, overrides).splitlines() if line.startswith(f"  - {field} = ")), "")
     assert fix in line and len(line) < 600, line
 
 
-def test_the_sudo_password_may_be_given_for_a_run(tmp_path):
-    assert load(tmp_path, GOOD, {"_sudo_password": "x"}).size == 2
+def test_the_sudo_password_may_be_given_for_a_run():
+    assert load(GOOD, {"_sudo_password": "x"}).size == 2
 
 
 def test_a_site_nested_deeper_than_any_key_is_refused_plainly(tmp_path):
@@ -394,6 +427,6 @@ def test_the_path_rule_allows_the_deploys_own_places(path):
 
 @pytest.mark.parametrize("mount", ["/usr", "/opt/cuda-extras", "/var/cache/sparklab/vllm-cpu", "/root/.pyenv/versions/3.11.7",
                                    "/home/spark/venvs/x", "/data/shared"])
-def test_a_mount_of_programs_or_data_is_taken(tmp_path, mount):
+def test_a_mount_of_programs_or_data_is_taken(mount):
     """The control case: what a site (and the lab: a virtualenv and the Python it was made from) mounts."""
-    assert load(tmp_path, with_("settings.container_mounts", [mount])).settings.container_mounts == [mount]
+    assert load(with_("settings.container_mounts", [mount])).settings.container_mounts == [mount]

@@ -21,7 +21,8 @@ SSH = {**os.environ, "PATH": f"{Path(__file__).parent}:{os.environ['PATH']}"}
 
 @pytest.fixture(scope="module")
 def source(tmp_path_factory):
-    """Three shards spanning several 64 MiB chunks, small files, one in a subdirectory."""
+    """Three shards spanning several 64 MiB chunks, small files, one in a subdirectory; hashed
+    once, its manifest beside it."""
     source = tmp_path_factory.mktemp("source") / "model"
     (source / "tokenizer").mkdir(parents=True)
     for index, size in enumerate((150 << 20, 70 << 20, 3 << 20)):
@@ -29,15 +30,26 @@ def source(tmp_path_factory):
             handle.write(os.urandom(size))
     (source / "config.json").write_text('{"hidden": 64}')
     (source / "tokenizer/tokenizer.json").write_text("{}")
+    assert manifest(source)["hashed_files"] == 5
     return source
 
 
 @pytest.fixture
-def model(source, tmp_path):
+def bare_model(source, tmp_path):
     """The source, hard-linked into this test's directory (its manifest goes beside it)."""
     copy = tmp_path / "model"
     shutil.copytree(source, copy, copy_function=os.link)
     return copy
+
+
+@pytest.fixture
+def model(source, bare_model):
+    """The model as the head has it once hashed: the source's manifest beside the copy. The
+    copy's files are the source's (hard links: the same bytes, sizes and mtimes), so `manifest`
+    would write this manifest again byte for byte (test_manifest_hashes_once_then_only_what_moved
+    checks), hashing the 223 MiB once more in every test."""
+    shutil.copyfile(source.parent / "manifest.json", bare_model.parent / "manifest.json")
+    return bare_model
 
 
 def run(*args, env_path=True, check=True) -> dict:
@@ -64,9 +76,11 @@ def same_tree(a: Path, b: Path) -> bool:
         (a / f).read_bytes() == (b / f).read_bytes() for f in files)
 
 
-def test_manifest_hashes_once_then_only_what_moved(model):
+def test_manifest_hashes_once_then_only_what_moved(bare_model, source):
+    model = bare_model
     first = manifest(model)
     assert first["files"] == 5 and first["hashed_files"] == 5 and first["hashed_bytes"] == first["bytes"]
+    assert (model.parent / "manifest.json").read_bytes() == (source.parent / "manifest.json").read_bytes()
     assert manifest(model)["hashed_files"] == 0
     (model / "config.json").unlink()
     (model / "config.json").write_text('{"hidden": 64}')  # the same bytes, a new mtime
@@ -78,7 +92,6 @@ def test_manifest_hashes_once_then_only_what_moved(model):
 
 
 def test_replication_copies_everything_then_nothing(model, tmp_path):
-    manifest(model)
     dest = tmp_path / "worker"
     first = send(model, dest)
     assert first["bytes"] == sum(p.stat().st_size for p in model.rglob("*") if p.is_file())
@@ -90,7 +103,6 @@ def test_replication_copies_everything_then_nothing(model, tmp_path):
 
 
 def test_a_corrupted_chunk_and_a_truncated_file_are_found_and_only_they_resent(model, tmp_path):
-    manifest(model)
     dest = tmp_path / "worker"
     send(model, dest)
     with open(dest / "model-00000.safetensors", "r+b") as handle:
@@ -105,7 +117,6 @@ def test_a_corrupted_chunk_and_a_truncated_file_are_found_and_only_they_resent(m
 
 
 def test_a_cut_transfer_resumes_where_it_stopped(model, tmp_path):
-    manifest(model)
     dest = tmp_path / "worker"
     sender = subprocess.Popen([sys.executable, str(ARCHIVE), "sync", "send", "--dir", str(model), "--manifest", str(model.parent / "manifest.json"),
                                "--peer", "u@127.0.0.2", "--local", "127.0.0.1", "--remote-dir", str(dest),
@@ -125,7 +136,6 @@ def test_a_cut_transfer_resumes_where_it_stopped(model, tmp_path):
 
 
 def test_a_rail_that_does_not_answer_is_skipped_and_said(model, tmp_path):
-    manifest(model)
     dest = tmp_path / "worker"
     result = run("send", "--dir", model, "--manifest", model.parent / "manifest.json", "--peer", "u@192.0.2.1,u@127.0.0.3",
                  "--local", "127.0.0.1,127.0.0.1", "--remote-dir", dest, "--remote-state", dest / ".dual-spark-verified.json",
@@ -139,7 +149,6 @@ def test_a_rail_that_does_not_answer_is_skipped_and_said(model, tmp_path):
 def test_the_copy_mirrors_the_manifest(model, tmp_path):
     """An older model's shard in the worker's model directory (the deploy's: it carries the marker)
     goes (vLLM would load every *.safetensors there)."""
-    manifest(model)
     dest = tmp_path / "worker"
     dest.mkdir()
     (dest / ".dual-spark-managed").write_text("")
@@ -152,7 +161,6 @@ def test_the_copy_mirrors_the_manifest(model, tmp_path):
 def test_a_directory_the_deploy_did_not_make_is_refused_and_left_alone(model, tmp_path):
     """A model directory holding a user's file and no marker: the worker refuses it, the sender
     says which directory and the fix, and nothing there is deleted or changed."""
-    manifest(model)
     dest = tmp_path / "worker"
     (dest / "photos").mkdir(parents=True)
     (dest / "photos/holiday.jpg").write_bytes(b"not a model")
@@ -171,7 +179,6 @@ def test_claim_takes_new_empty_and_recorded_directories_and_refuses_others(model
     for name in ("new", "empty", "legacy", "foreign"):
         if name != "new":
             (tmp_path / name).mkdir()
-    manifest(model)
     shutil.copytree(model, tmp_path / "legacy", dirs_exist_ok=True, copy_function=os.link)
     (tmp_path / "legacy/.cache/huggingface").mkdir(parents=True)
     (tmp_path / "legacy/.cache/huggingface/x.lock").write_text("")
@@ -190,7 +197,6 @@ def test_claim_takes_new_empty_and_recorded_directories_and_refuses_others(model
 def test_a_write_that_fails_on_the_worker_reaches_the_senders_error(model, tmp_path):
     """The worker cannot write its verified record (its directory is missing): the sender fails
     saying so, instead of hanging or blaming the network."""
-    manifest(model)
     dest = tmp_path / "worker"
     result = run("send", "--dir", model, "--manifest", model.parent / "manifest.json", "--peer", "u@127.0.0.2",
                  "--local", "127.0.0.1", "--remote-dir", dest, "--remote-state", tmp_path / "missing/verified.json",
@@ -199,9 +205,10 @@ def test_a_write_that_fails_on_the_worker_reaches_the_senders_error(model, tmp_p
     assert "transfer interrupted after" in result.stderr and f"{tmp_path / 'missing/verified.json'}.tmp" in result.stderr
 
 
-def test_progress_lines_then_one_summary_line(model, tmp_path):
+def test_progress_lines_then_one_summary_line(bare_model, tmp_path):
     """With --progress the long steps print a line that often while they run, and end with one
     summary line for people."""
+    model = bare_model
     hashed = run("manifest", "--dir", model, "--manifest", model.parent / "manifest.json", "--progress", "0.01", check=False)
     lines = hashed.stdout.splitlines()
     assert re.fullmatch(r"hashing the model: [\d.]+ (MiB|KiB|B) of 223\.0 MiB \(\d+%\), [\d.]+ \w+/s(, [\w ]+ left)?", lines[0]), lines
@@ -214,7 +221,8 @@ def test_progress_lines_then_one_summary_line(model, tmp_path):
     assert lines[-1].startswith("model replicated: bytes 233832464, chunks 8")
 
 
-def test_no_manifest_is_a_clear_error(model, tmp_path):
+def test_no_manifest_is_a_clear_error(bare_model, tmp_path):
+    model = bare_model
     result = send(model, tmp_path / "worker", check=False)
     assert result.returncode == 1 and "no manifest at" in result.stderr and "hash the model first" in result.stderr
 
@@ -223,7 +231,6 @@ def test_files_already_right_under_another_record_are_checked_not_sent(model, tm
     """The worker holds every file, right, but its verified record names another model (the site
     went back to a model it had before): each file is hashed there, nothing moves, the record is
     written once every file is back in place."""
-    manifest(model)
     dest = tmp_path / "worker"
     send(model, dest)
     state = dest / ".dual-spark-verified.json"
@@ -234,7 +241,6 @@ def test_files_already_right_under_another_record_are_checked_not_sent(model, tm
 
 
 def test_a_receiver_that_fails_is_said_not_taken_for_an_unanswering_rail(model, tmp_path):
-    manifest(model)
     blocked = tmp_path / "a-file"
     blocked.write_text("the remote directory cannot be made under a file")
     result = send(model, blocked / "worker", check=False)
@@ -244,7 +250,6 @@ def test_a_receiver_that_fails_is_said_not_taken_for_an_unanswering_rail(model, 
 
 def test_every_rail_carries_its_share_with_fewer_chunks_than_streams(model, tmp_path):
     """Eight chunks for sixteen streams: the first rail to connect must not take them all."""
-    manifest(model)
     dest = tmp_path / "worker"
     result = run("send", "--dir", model, "--manifest", model.parent / "manifest.json", "--peer", "u@127.0.0.2,u@127.0.0.3",
                  "--local", "127.0.0.1,127.0.0.1", "--remote-dir", dest, "--remote-state", dest / ".dual-spark-verified.json",
@@ -258,7 +263,6 @@ def test_a_worker_sends_its_verified_copy_on_with_the_heads_manifest_on_stdin(mo
     """The chain: the head sends to the first worker, which then sends from its copy to the next,
     reading the head's manifest from stdin as the head passes it along; the next checks every
     chunk against it. A copy that differs from the manifest arrives corrupted, and is said."""
-    manifest(model)
     first, second = tmp_path / "worker1", tmp_path / "worker2"
     send(model, first)
 

@@ -167,18 +167,22 @@ def test_the_worker_leaves_a_head_session_that_is_gone(vllm, tmp_path):
 
 
 class FakeWorker:
-    """A worker watchdog's status endpoint on ``address``, whose state can change."""
+    """A worker watchdog's status endpoint on ``address``, whose state can change: to ``then`` as
+    it gives its first answer, when that is given. ``asked`` counts the requests."""
 
-    def __init__(self, address: str, port: int, state: str = "joined"):
-        self.state, self.session = state, "c" * 32
-        worker = self
+    def __init__(self, address: str, port: int, state: str = "joined", then: str | None = None):
+        self.state, self.then, self.session, self.asked = state, then, "c" * 32, 0
+        lock, worker = threading.Lock(), self
 
         class Handler(BaseHTTPRequestHandler):
             def log_message(self, *args):
                 pass
 
             def do_GET(self):
-                data = json.dumps({"role": "worker", "session": worker.session, "state": worker.state, "joined": None}).encode()
+                with lock:
+                    worker.asked += 1
+                    state, worker.state = worker.state, worker.then or worker.state
+                data = json.dumps({"role": "worker", "session": worker.session, "state": state, "joined": None}).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -189,15 +193,14 @@ class FakeWorker:
 
 
 def test_a_head_waits_for_a_fresh_worker_only(tmp_path):
-    """wait-for-worker returns once the worker says it is waiting (a fresh start)."""
+    """wait-for-worker returns once the worker says it is waiting (a fresh start): not at its
+    first answer (joined: still in an old session), at the next (waiting)."""
     port = free_port()
-    worker = FakeWorker("127.0.0.2", port)
+    worker = FakeWorker("127.0.0.2", port, "joined", then="waiting")
     process = watchdog("wait-for-worker", "--worker-ip", "127.0.0.2", "--port", str(port), "--timeout", "60")
     try:
-        time.sleep(3)
-        assert process.poll() is None, "the head started vLLM with the worker still in an old session"
-        worker.state = "waiting"
-        process.wait(timeout=10)
+        process.wait(timeout=15)
+        assert worker.asked == 2, "the head started vLLM with the worker still in an old session"
         assert "the worker is waiting: starting vLLM" in process.stderr.read()
     finally:
         process.kill()
@@ -208,16 +211,15 @@ def test_a_head_waits_for_every_worker_as_its_launch_script_does(tmp_path):
     """The head's launch.sh runs wait-for-worker for each worker in rank order: vLLM starts only
     when both are fresh, whichever was last."""
     port = free_port()
-    workers = [FakeWorker("127.0.0.2", port, "waiting"), FakeWorker("127.0.0.3", port)]
+    workers = [FakeWorker("127.0.0.2", port, "waiting"), FakeWorker("127.0.0.3", port, "joined", then="waiting")]
     waits = "; ".join(f"{sys.executable} {ARCHIVE} watchdog wait-for-worker --worker-ip 127.0.0.{n} --port {port} --timeout 60"
                       for n in (2, 3))
     process = subprocess.Popen(["sh", "-c", f"set -e; {waits}; echo started vLLM >&2"], stderr=subprocess.PIPE, text=True)
     try:
-        time.sleep(4)
-        assert process.poll() is None, "the head started vLLM with its second worker still in an old session"
-        workers[1].state = "waiting"
-        process.wait(timeout=10)
-        assert process.stderr.read().count("the worker is waiting: starting vLLM") == 2
+        process.wait(timeout=15)
+        assert [worker.asked for worker in workers] == [1, 2], "the head started vLLM with its second worker still in an old session"
+        said = process.stderr.read()
+        assert said.count("the worker is waiting: starting vLLM") == 2 and said.endswith("started vLLM\n"), said
     finally:
         process.kill()
         for worker in workers:
