@@ -52,6 +52,25 @@ def model(source, bare_model):
     return bare_model
 
 
+@pytest.fixture(scope="module")
+def sent(source, tmp_path_factory):
+    """A worker's model directory as `send` leaves it (the files, the marker, the verified record),
+    made once."""
+    dest = tmp_path_factory.mktemp("sent") / "worker"
+    send(source, dest)
+    return dest
+
+
+@pytest.fixture
+def worker(sent, tmp_path):
+    """A worker that holds the model, verified: a copy of ``sent`` with its files' mtimes, which
+    the verified record lists (test_replication_copies_everything_then_nothing checks that a send
+    leaves what ``sent`` holds)."""
+    dest = tmp_path / "worker"
+    shutil.copytree(sent, dest)
+    return dest
+
+
 def run(*args, env_path=True, check=True) -> dict:
     env = SSH if env_path else None
     result = subprocess.run([sys.executable, str(ARCHIVE), "sync", *map(str, args)], capture_output=True, text=True, env=env, timeout=120)
@@ -91,20 +110,23 @@ def test_manifest_hashes_once_then_only_what_moved(bare_model, source):
     assert len(record["files"]["model-00000.safetensors"]["chunks"]) == 3  # 150 MiB in 64 MiB chunks
 
 
-def test_replication_copies_everything_then_nothing(model, tmp_path):
+def test_replication_copies_everything_then_nothing(model, tmp_path, sent):
     dest = tmp_path / "worker"
     first = send(model, dest)
     assert first["bytes"] == sum(p.stat().st_size for p in model.rglob("*") if p.is_file())
     assert first["rails"] == 2 and same_tree(model, dest)
+    # what the tests that start from a worker holding the model take a copy of (the mtimes aside)
+    record, shared = (json.loads((d / ".dual-spark-verified.json").read_text()) for d in (dest, sent))
+    assert sorted(p.name for p in dest.iterdir()) == sorted(p.name for p in sent.iterdir()) and record["digest"] == shared["digest"]
+    assert {name: size for name, (size, _) in record["files"].items()} == {name: size for name, (size, _) in shared["files"].items()}
     status = run("status", "--dir", dest, "--state", dest / ".dual-spark-verified.json")
     assert status["verified"] == json.loads((model.parent / "manifest.json").read_text())["digest"] and status["changed"] == []
     second = send(model, dest)
     assert second["bytes"] == 0 and second["chunks"] == 0
 
 
-def test_a_corrupted_chunk_and_a_truncated_file_are_found_and_only_they_resent(model, tmp_path):
-    dest = tmp_path / "worker"
-    send(model, dest)
+def test_a_corrupted_chunk_and_a_truncated_file_are_found_and_only_they_resent(model, worker):
+    dest = worker
     with open(dest / "model-00000.safetensors", "r+b") as handle:
         handle.seek(CHUNK + 12345)
         handle.write(b"bit rot")
@@ -227,12 +249,11 @@ def test_no_manifest_is_a_clear_error(bare_model, tmp_path):
     assert result.returncode == 1 and "no manifest at" in result.stderr and "hash the model first" in result.stderr
 
 
-def test_files_already_right_under_another_record_are_checked_not_sent(model, tmp_path):
+def test_files_already_right_under_another_record_are_checked_not_sent(model, worker):
     """The worker holds every file, right, but its verified record names another model (the site
     went back to a model it had before): each file is hashed there, nothing moves, the record is
     written once every file is back in place."""
-    dest = tmp_path / "worker"
-    send(model, dest)
+    dest = worker
     state = dest / ".dual-spark-verified.json"
     state.write_text(json.dumps({"digest": "0" * 64, "files": {}}))
     again = send(model, dest)
@@ -259,12 +280,11 @@ def test_every_rail_carries_its_share_with_fewer_chunks_than_streams(model, tmp_
 
 
 
-def test_a_worker_sends_its_verified_copy_on_with_the_heads_manifest_on_stdin(model, tmp_path):
+def test_a_worker_sends_its_verified_copy_on_with_the_heads_manifest_on_stdin(model, worker, tmp_path):
     """The chain: the head sends to the first worker, which then sends from its copy to the next,
     reading the head's manifest from stdin as the head passes it along; the next checks every
     chunk against it. A copy that differs from the manifest arrives corrupted, and is said."""
-    first, second = tmp_path / "worker1", tmp_path / "worker2"
-    send(model, first)
+    first, second = worker, tmp_path / "worker2"
 
     def hop(check=True):
         result = subprocess.run(
