@@ -52,7 +52,7 @@ def api():
             self.reply(200, json.dumps({"usage": {"completion_tokens": 1}}))
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() in 0.05 s, not 0.5
     yield f"http://127.0.0.1:{server.server_address[1]}", served
     server.shutdown()
 

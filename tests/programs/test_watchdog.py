@@ -56,7 +56,7 @@ class FakeApi:
                     self.reply(500, json.dumps({"error": {"message": "EngineCore encountered an issue"}}))
 
         self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() in 0.05 s, not 0.5
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
 
@@ -79,7 +79,7 @@ class FakeHead:
                 self.wfile.write(data)
 
         self.server = ThreadingHTTPServer(("127.0.0.2", port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() in 0.05 s, not 0.5
 
 
 
@@ -189,7 +189,7 @@ class FakeWorker:
                 self.wfile.write(data)
 
         self.server = ThreadingHTTPServer((address, port), Handler)
-        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+        threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() in 0.05 s, not 0.5
 
 
 def test_a_head_waits_for_a_fresh_worker_only(tmp_path):
