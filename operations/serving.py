@@ -440,6 +440,8 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int):
     if everywhere:
         host.noop(f"the {settings.role} serves profile {settings.profile_name} (stack {stack.hash})")
         return
+    # a start the deploy makes is no crash loop: it owes no backoff (the watchdog's record of failed starts)
+    yield StringCommand("rm", "-f", QuoteString(f"{settings.restarts_dir}/{settings.role}-starts"))
     yield compose(settings.stack_dir, "up", "-d", "--force-recreate", "--remove-orphans")
     if head:
         url = f"http://{settings.api_host}:{settings.api_port}"
