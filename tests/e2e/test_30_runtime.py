@@ -1,7 +1,8 @@
 """Runtime artifacts on the lab, for real: the runtime image built once on the head and streamed
 to the worker's real Docker engine; the model copied once, hashed, and replicated over both
 rails; a cut transfer, a damaged shard, a rail without link, a full disk; and the hub path
-against a stand-in hub on the lab's bridge (gated, pinned)."""
+against a stand-in hub on the lab's bridge (gated, pinned). The model cases run the runtime step
+alone (tasks/runtime.py) and end on the model the pair serves, so its stacks never restart."""
 
 import filecmp
 import json
@@ -24,6 +25,7 @@ pytestmark = pytest.mark.end_to_end
 MODEL_DIR = "/var/lib/dual-spark/model"
 BIG = "/srv/lab-models/big"
 TOKEN = "hf_lab_token_4d9e61c0"
+RUNTIME = "tasks/runtime.py"  # a model change alone: the serving stacks are the next step
 
 
 def docker(node, *args) -> str:
@@ -106,12 +108,12 @@ def big_model(converged, tmp_path_factory):
             handle.write(os.urandom(100 << 20))
     yield site_variant(tmp_path_factory.mktemp("big"), model={"path": BIG, "served_name": "tiny", "tokenizer_mode": "auto",
                                                               "tool_call_parser": "", "reasoning_parser": ""})
-    result = pyinfra("-y")
+    result = pyinfra("-y", task=RUNTIME)
     assert result.returncode == 0 and same_model(), result.stdout
 
 
 def test_a_cut_transfer_resumes_where_it_stopped(big_model):
-    run = subprocess.Popen([str(PYINFRA), "-y", "inventory.py", "deploy.py"], cwd=REPO, stdin=subprocess.DEVNULL,
+    run = subprocess.Popen([str(PYINFRA), "-y", "inventory.py", RUNTIME], cwd=REPO, stdin=subprocess.DEVNULL,
                            env={**LAB_ENV, "DUAL_SPARK_SITE": str(big_model)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
     worker_dir = on_node(WORKER, MODEL_DIR)
     deadline = time.monotonic() + 120
@@ -124,7 +126,7 @@ def test_a_cut_transfer_resumes_where_it_stopped(big_model):
     output = run.communicate(timeout=300)[0]
     assert run.returncode != 0, output
     assert "transfer interrupted" in output and "it resumes where this stopped" in output, output
-    result = pyinfra("-y", site=big_model)
+    result = pyinfra("-y", task=RUNTIME, site=big_model)
     total = sum(p.stat().st_size for p in on_node(HEAD, MODEL_DIR).iterdir() if p.is_file() and not p.name.startswith("."))
     assert result.returncode == 0, result.stdout
     assert 0 < moved(result.stdout) < total, result.stdout
@@ -136,7 +138,7 @@ def test_a_damaged_shard_on_the_worker_is_found_and_resent(big_model):
     with open(shard, "r+b") as handle:
         handle.seek(70 << 20)
         handle.write(b"flipped bits")
-    result = pyinfra("-y", site=big_model)
+    result = pyinfra("-y", task=RUNTIME, site=big_model)
     assert result.returncode == 0, result.stdout
     assert moved(result.stdout) == (100 - 64) << 20, result.stdout  # only the chunk that holds the damage (the last 36 MiB)
     assert same_model()
@@ -146,7 +148,7 @@ def test_a_rail_without_link_is_skipped_and_said(big_model):
     (on_node(WORKER, MODEL_DIR) / "extra-00000-of-00002.bin").unlink()
     faults.link(WORKER, "enp1s0f0np0", False)
     try:
-        result = pyinfra("-y", site=big_model)
+        result = pyinfra("-y", task=RUNTIME, site=big_model)
         assert "the worker does not answer over SSH at 10.0.0.2; trying the next rail" in result.stdout, result.stdout
         assert re.search(r"model replicated: bytes 104857600, .*rails 1, via spark@10.0.1.2", result.stdout), result.stdout
         assert same_model()
@@ -158,7 +160,7 @@ def test_a_rail_without_link_is_skipped_and_said(big_model):
 def test_a_full_disk_on_the_worker_stops_before_a_byte_moves(big_model):
     small_disk_for_the_deploy(WORKER, "16m")
     try:
-        result = pyinfra("-y", site=big_model)
+        result = pyinfra("-y", task=RUNTIME, site=big_model)
         assert result.returncode != 0
         assert re.search(r"spark-worker: /var/lib/dual-spark/model has 16.0 MiB free; the model needs 20\d.\d+ MiB more. "
                          r"Fix: free space there, or set model_dir", result.stdout), result.stdout
@@ -185,7 +187,7 @@ TOKEN_FILE = "/home/spark/.cache/huggingface/token"
 
 def test_a_gated_model_without_a_token_stops_before_a_byte_moves(hub, tmp_path):
     on_node(HEAD, TOKEN_FILE).unlink(missing_ok=True)
-    result = pyinfra("-y", site=hub_site(tmp_path, hub))
+    result = pyinfra("-y", task=RUNTIME, site=hub_site(tmp_path, hub))
     assert result.returncode != 0
     assert "lab/tiny-llama at " in result.stdout and "is gated: a token is needed" in result.stdout, result.stdout
     assert not [r for r in hub.requests if "/resolve/" in r]
@@ -196,7 +198,7 @@ def test_a_wrong_revision_is_named(hub, tmp_path):
     token.parent.mkdir(parents=True, exist_ok=True)
     token.write_text(TOKEN + "\n")
     in_node(HEAD.dir, "chown", "-R", "spark:", "/home/spark/.cache")  # the deploy user's own file: the deploy takes no other
-    result = pyinfra("-y", site=hub_site(tmp_path, hub, revision="0" * 40))
+    result = pyinfra("-y", task=RUNTIME, site=hub_site(tmp_path, hub, revision="0" * 40))
     assert result.returncode != 0
     assert f"lab/tiny-llama has no revision {'0' * 40}. Fix: set model.revision" in result.stdout, result.stdout
     assert not [r for r in hub.requests if "/resolve/" in r]
@@ -205,7 +207,7 @@ def test_a_wrong_revision_is_named(hub, tmp_path):
 def test_a_full_disk_on_the_head_stops_before_a_byte_moves(hub, tmp_path):
     small_disk_for_the_deploy(HEAD, "100k")
     try:
-        result = pyinfra("-y", site=hub_site(tmp_path, hub))
+        result = pyinfra("-y", task=RUNTIME, site=hub_site(tmp_path, hub))
         assert result.returncode != 0
         assert re.search(r"/model has [\d.]+ MiB free; lab/tiny-llama at \w+ needs [\d.]+ MiB more", result.stdout), result.stdout
         assert not [r for r in hub.requests if r.startswith("GET") and "/resolve/" in r]
@@ -215,15 +217,15 @@ def test_a_full_disk_on_the_head_stops_before_a_byte_moves(hub, tmp_path):
 
 def test_the_hub_path_fetches_once_with_the_token_and_never_shows_it(hub, tmp_path):
     site = hub_site(tmp_path, hub)
-    result = pyinfra("-y", site=site)
+    result = pyinfra("-y", task=RUNTIME, site=site)
     assert result.returncode == 0, result.stdout
     assert "fetched lab/tiny-llama: commit " + hub.commit in result.stdout and moved(result.stdout) is not None
     assert oct(on_node(HEAD, TOKEN_FILE).stat().st_mode)[-3:] == "600"
     fetched = len([r for r in hub.requests if r.startswith("GET") and "/resolve/" in r])
-    again = pyinfra("-y", site=site)
+    again = pyinfra("-y", task=RUNTIME, site=site)
     assert again.returncode == 0 and "fetched" not in again.stdout and moved(again.stdout) is None
     assert len([r for r in hub.requests if r.startswith("GET") and "/resolve/" in r]) == fetched
-    verbose = pyinfra("-y", "-vv", site=site)
+    verbose = pyinfra("-y", "-vv", task=RUNTIME, site=site)
     for output in (result.stdout, again.stdout, verbose.stdout):
         assert TOKEN not in output
     assert same_model()
@@ -243,7 +245,7 @@ def test_a_long_fetch_says_where_it_is_while_it_runs(hub, tmp_path):
     (served / "extra-00000-of-00001.bin").write_bytes(os.urandom(40 << 20))  # vLLM ignores it
     total = sum(p.stat().st_size for p in served.rglob("*") if p.is_file())
     with Hub(served, repo="lab/tiny-llama", token=TOKEN, gated=True, rate=total // 30) as slow:
-        run = subprocess.Popen([str(PYINFRA), "-y", "inventory.py", "deploy.py"], cwd=REPO, stdin=subprocess.DEVNULL,
+        run = subprocess.Popen([str(PYINFRA), "-y", "inventory.py", RUNTIME], cwd=REPO, stdin=subprocess.DEVNULL,
                                env={**LAB_ENV, "DUAL_SPARK_SITE": str(hub_site(tmp_path, slow))},
                                stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
         lines = [(time.monotonic(), line) for line in run.stdout]

@@ -26,7 +26,7 @@ def tuned(converged, tmp_path_factory):
     """One tuner run, end to end: its output, its record and its snippet."""
     out = tmp_path_factory.mktemp("tune")
     result = subprocess.run([sys.executable, "-m", "bench.tune", "--site", str(SITE), "--prompt-tokens", "512", "--requests", "2",
-                             "--max-tokens", "64", "--schedule", json.dumps(SCHEDULE), "--out", str(out)],
+                             "--max-tokens", "32", "--schedule", json.dumps(SCHEDULE), "--out", str(out)],
                             cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]
     [raw] = out.glob("tune-adaptive-*.json")
