@@ -261,7 +261,7 @@ def test_the_head_ends_vllm_at_once_when_a_worker_restarts_or_goes(vllm, tmp_pat
     api, key = FakeApi(), tmp_path / "key"
     key.write_text("secret")
     process = watchdog("head", "--ip", "127.0.0.1", "--port", str(port), "--url", api.url, "--key-file", str(key),
-                       "--pid", str(vllm.pid), "--interval", "10", "--worker-interval", "0.2",
+                       "--pid", str(vllm.pid), "--interval", "1", "--worker-interval", "0.2",
                        "--state", str(tmp_path / "head-starts"), "--worker-ip", "127.0.0.2", "--worker-ip", "127.0.0.3")
     try:
         assert wait_for(lambda: (state_of(port) or {}).get("state") == "serving"), "the head watchdog never saw a token"
