@@ -70,6 +70,7 @@ class Progress:
         self.done = 0
         self.lock = threading.Lock()
         self.stopped = threading.Event()
+        self.ticker = threading.Thread(target=self._tick, daemon=True)
         self.started = time.monotonic()
 
     def add(self, n: int) -> None:
@@ -90,11 +91,13 @@ class Progress:
     def __enter__(self) -> Progress:
         self.started = time.monotonic()
         if self.every:
-            threading.Thread(target=self._tick, daemon=True).start()
+            self.ticker.start()
         return self
 
     def __exit__(self, *exc) -> None:
         self.stopped.set()
+        if self.ticker.is_alive():
+            self.ticker.join()  # its last line before the caller's summary, never inside it
 
     def _tick(self) -> None:
         while not self.stopped.wait(self.every):
@@ -126,7 +129,8 @@ def run(what: str, command: list[str], every: float = EVERY) -> int:
     except OSError as error:
         print(f"{what}: cannot run {command[0]}: {error.strerror}", file=sys.stderr, flush=True)
         return 127
-    threading.Thread(target=tick, daemon=True).start()
+    ticker = threading.Thread(target=tick, daemon=True)
+    ticker.start()
     pending = b""
     while block := process.stdout.read1(1 << 16):
         pieces = (pending + block).replace(b"\r", b"\n").split(b"\n")
@@ -136,6 +140,7 @@ def run(what: str, command: list[str], every: float = EVERY) -> int:
         tail.append(pending.decode(errors="replace"))
     code = process.wait()
     stopped.set()
+    ticker.join()  # its last line before the summary, never inside it
     if code:
         print("\n".join(tail), file=sys.stderr)
         print(f"{what}: failed after {duration(time.monotonic() - started)} (exit {code})", file=sys.stderr, flush=True)
