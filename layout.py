@@ -46,3 +46,8 @@ def paths(state_dir: str, model_dir: str) -> dict[str, str]:
         "verified": f"{model_dir}/{VERIFIED}",
         "smoke": f"{state_dir}/runtime",
     }
+
+
+def smoke_marker(state_dir: str, tag: str) -> str:
+    """Where a node records the image ID that passed its smoke test."""
+    return f"{paths(state_dir, '')['smoke']}/{tag.replace('/', '_').replace(':', '_')}"

@@ -19,16 +19,11 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, Quot
 
 from cluster import Cluster, Image, Model, Node
 from facts.runtime import ImageState, ModelState, token_fix, token_path, token_refusal
-from layout import FABRIC_CIPHER, IN_CONTAINER, OWN_FILES, SSH_OPTIONS, paths
+from layout import FABRIC_CIPHER, IN_CONTAINER, OWN_FILES, SSH_OPTIONS, paths, smoke_marker
 from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 
 PROGRESS_EVERY = 10  # seconds between the progress lines of a long step
-
-
-def smoke_marker(state_dir: str, tag: str) -> str:
-    """Where a node records the image ID that passed its smoke test."""
-    return f"{paths(state_dir, '')['smoke']}/{tag.replace('/', '_').replace(':', '_')}"
 
 
 def container_args(container: dict) -> list:

@@ -24,11 +24,10 @@ from facts.fabric import roce_v2_gid_index
 from facts.runtime import ImageState
 from facts.serving import ModelHeads, ServingState
 from facts.verify import api_reading
-from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, paths
+from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, paths, smoke_marker
 from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from operations.render import render, show_diff
-from operations.runtime import smoke_marker
 from operations.status import cluster_status
 from programs import digest
 

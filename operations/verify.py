@@ -15,9 +15,8 @@ from checks import FAIL, Check
 from checks.node import USERNS_KEY, earlier_step_failed, node_checks, unreachable
 from checks.table import failure_summary, render
 from facts.verify import Readiness, ping_targets, ssh_targets
-from layout import paths
+from layout import paths, smoke_marker
 from operations.peer import failed_step, reachable
-from operations.runtime import smoke_marker
 
 
 def answers(node) -> bool:

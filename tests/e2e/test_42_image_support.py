@@ -10,7 +10,7 @@ import pytest
 
 from lab.config import HEAD, WORKER
 from lab.processes import in_node
-from operations.runtime import smoke_marker
+from layout import smoke_marker
 from site_config import load_site
 from tests.e2e.conftest import SITE, generates, pyinfra
 
