@@ -1,0 +1,57 @@
+"""Several readings of one node in one round trip: the facts the steps of a run read there,
+each in a subshell of its own (no variable of one reaches another), all at the same time."""
+
+from __future__ import annotations
+
+import importlib
+from typing import Any, TypedDict
+
+from pyinfra.api import FactBase, StringCommand
+
+from facts.combine import combined, part, split
+
+
+class Readings(TypedDict):
+    readings: list[Any]
+    unreadable: list[str]
+
+
+def fact_named(name: str) -> type[FactBase]:
+    """The fact class of facts/ named "module.Class"."""
+    module, cls = name.rsplit(".", 1)
+    return getattr(importlib.import_module(f"facts.{module}"), cls)
+
+
+class NodeState(FactBase[Readings]):
+    """
+    ``readings`` names each reading as ["module.Class" of facts/, its arguments]; the reading of
+    each, in that order, is what that fact read alone makes of the same output (its stdout, a
+    last line ended): its ``default()`` where it printed nothing, None where its section is missing
+    (the list ends with the last section found).
+
+    .. code:: python
+
+        {"readings": [{"installed": ["rsync"], "missing": [], "unreadable": []}, {...MachineIds...}],
+         "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Readings:
+        return {"readings": [], "unreadable": []}
+
+    def command(self, readings: list) -> StringCommand:
+        return combined({}, {
+            f"{index} {name}": StringCommand("(", fact_named(name)().command(**arguments), ")", "2>/dev/null", "|", "awk", "1")
+            for index, (name, arguments) in enumerate(readings)
+        })
+
+    def process(self, output: list[str]) -> Readings:
+        sections = split(output)
+        found = {int(words[0]): (key, words[1]) for key in sections
+                 if len(words := key.split(" ")) == 2 and words[0].isdigit() and words[1].count(".") == 1}  # not a nested one
+        readings: list[Any] = [None] * (max(found) + 1 if found else 0)
+        for index, (key, name) in found.items():
+            fact = fact_named(name)()
+            lines = part(sections, key)
+            readings[index] = fact.process(lines) if lines else fact.default()
+        return {"readings": readings, "unreadable": sections[""]}
