@@ -10,6 +10,7 @@ from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCo
 
 from facts.fabric import FabricState, Link
 from layout import RUN_DIR
+from operations.readings import read
 from operations.render import render, show_diff
 
 STAGING_DIR = f"{RUN_DIR}/netplan-check"
@@ -42,7 +43,7 @@ def netplan_rails(path: str, rails: list[dict], mtu: int, hostname: str, others:
         netplan_rails(path="/etc/netplan/40-dual-spark.yaml", rails=cluster.node(host.name).rail_data, mtu=9000,
                       hostname="spark-head", others=["spark-worker"])
     """
-    current = host.get_fact(FabricState, path=path)
+    current = read(host, FabricState, path=path)
     links = current["links"]["links"]
     management = current["reached_on"]["address"] or host.data.ssh_hostname
     for rail in rails:

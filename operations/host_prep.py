@@ -9,6 +9,7 @@ from pyinfra.operations import apt
 
 from facts.host_prep import HostSettings, PackageStatus, UserGroups
 from operations.managed import file_differs, put_changed
+from operations.readings import read
 
 
 @operation()
@@ -24,7 +25,7 @@ def tools_installed(packages: list[str]):
 
         tools_installed(packages=["rsync", "iperf3"])
     """
-    missing = host.get_fact(PackageStatus, packages=packages)["missing"]
+    missing = read(host, PackageStatus, packages=packages)["missing"]
     if not missing:
         host.noop(f"installed: {', '.join(packages)}")
         return
@@ -46,7 +47,7 @@ def user_in_group(user: str, group: str):
 
         user_in_group(user="spark", group="docker")
     """
-    account = host.get_fact(UserGroups, user=user)
+    account = read(host, UserGroups, user=user)
     if group in account["groups"]:
         host.noop(f"{user} is in group {group}")
         return
@@ -73,7 +74,7 @@ def host_settings(entries: list[tuple[str, str, str]], systemd_dropin: str, sysc
                       systemd_dropin="/etc/systemd/system.conf.d/90-rdma-memlock.conf",
                       sysctl_key="kernel.apparmor_restrict_unprivileged_userns", sysctl_value=0)
     """
-    current = host.get_fact(HostSettings, paths=[dest for _, dest, _ in entries], key=sysctl_key)
+    current = read(host, HostSettings, paths=[dest for _, dest, _ in entries], key=sysctl_key)
     files_now = current["files"]["files"]
     changes = list(put_changed(entries, files_now))
     source = next(src for src, dest, _ in entries if dest == systemd_dropin)

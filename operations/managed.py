@@ -19,6 +19,7 @@ from pyinfra.operations import files
 
 from facts.host_prep import ArchiveFiles, FileInfo, ManagedPaths
 from operations.own import NAMES, Claim, claim_command, plan, reading_paths
+from operations.readings import read
 from operations.render import show_diff, show_line
 
 
@@ -106,7 +107,7 @@ def managed_files(programs: list[tuple[str | IO[bytes], str, str]], directories:
                                    ("model_dir", "/var/lib/dual-spark/model", "spark", "755")])
     """
     claims = [Claim(*entry) for entry in directories or []]
-    current = host.get_fact(ManagedPaths, files=[dest for _, dest, _ in programs], directories=reading_paths(claims), names=NAMES)
+    current = read(host, ManagedPaths, files=[dest for _, dest, _ in programs], directories=reading_paths(claims), names=NAMES)
     changes = []
     if claims:
         claiming = plan(claims, current["directories"])  # raises, naming the path and the fix, before anything changes

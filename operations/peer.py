@@ -7,6 +7,8 @@ import gevent
 from pyinfra import host, inventory, logger, state
 from pyinfra.api import Host
 
+from operations.readings import read
+
 
 def reachable(name: str) -> Host | None:
     """The named node's Host; None if it does not answer over SSH, or failed a step of this run."""
@@ -48,9 +50,10 @@ def warn_unreachable(step: str, name: str) -> None:
 
 
 def read_all(fact, others: list[Host | None], **kwargs) -> tuple:
-    """A fact of this node, then of each of ``others`` (None for a None), all read at the same time."""
-    theirs = [gevent.spawn(other.get_fact, fact, **kwargs) if other is not None else None for other in others]
-    mine = host.get_fact(fact, **kwargs)
+    """A fact of this node, then of each of ``others`` (None for a None), all read at the same time
+    (as the run read them for every step while it has changed nothing: operations/readings.py)."""
+    theirs = [gevent.spawn(read, other, fact, **kwargs) if other is not None else None for other in others]
+    mine = read(host, fact, **kwargs)
     return mine, *(greenlet.get() if greenlet is not None else None for greenlet in theirs)
 
 

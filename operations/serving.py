@@ -27,6 +27,7 @@ from facts.verify import api_reading
 from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, paths, smoke_marker
 from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
+from operations.readings import read
 from operations.render import render, show_diff
 from operations.status import cluster_status
 from programs import digest
@@ -290,7 +291,7 @@ def heads_divided(settings: StackSettings) -> None:
     """Refuse, before anything stops or changes, a tensor parallel that vLLM would refuse for the
     model's attention heads (read from the config.json of the model on this node)."""
     refusal = heads_refusal(settings.profile_name, settings.tensor_parallel, settings.pipeline_parallel,
-                            host.get_fact(ModelHeads, model_dir=settings.model_dir))
+                            read(host, ModelHeads, model_dir=settings.model_dir))
     if refusal:
         raise OperationError(refusal)
 
@@ -303,7 +304,7 @@ def image_supports(settings: StackSettings) -> None:
     used = {key: field for key, field in SPECULATIVE_FIELDS.items() if getattr(profile, key) is not None and profile.speculative_tokens}
     if not used:
         return
-    reading = host.get_fact(ImageState, tag=image.tag, marker=settings.smoke_marker)
+    reading = read(host, ImageState, tag=image.tag, marker=settings.smoke_marker)
     fields = reading["speculative_keys"] if reading["id"] is not None and reading["smoke_tested"] == reading["id"] else None
     named = f"image {profile.image} ({image.tag})"
     if fields is None:

@@ -10,6 +10,7 @@ from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from cluster import Cluster
 from facts.ssh_trust import KEY_NAME, SshTrust
 from operations.peer import reachable, read_all, warn_unreachable
+from operations.readings import read
 from operations.render import listed
 
 
@@ -50,7 +51,7 @@ def known_receivers(user: str, rails: list[dict]):
             warn_unreachable("SSH trust", target.hostname)
         else:
             answering.append(target)
-    trust = host.get_fact(SshTrust, user=user, netdevs=[rail["netdev"] for rail in rails])
+    trust = read(host, SshTrust, user=user, netdevs=[rail["netdev"] for rail in rails])
     ssh_dir = f"{trust['home']}/.ssh"
     changed = False
     if not trust["public_key"]:

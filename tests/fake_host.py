@@ -16,7 +16,7 @@ import re
 import runpy
 import tempfile
 import tomllib
-from contextlib import ExitStack
+from contextlib import ExitStack, contextmanager
 from pathlib import Path
 from types import SimpleNamespace
 from unittest import mock
@@ -28,6 +28,7 @@ from pyinfra.api.util import get_kwargs_str
 from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 
 from cluster import Cluster
+from facts.node import NodeState
 from site_config import inventory_groups, load_site
 
 REPO = Path(__file__).resolve().parents[1]
@@ -54,8 +55,13 @@ class FakeHost:
         self.print_prefix = f"[{name}] "
         self.in_op = True
         self.current_op_global_arguments = None
+        self.read: list[tuple[str, dict]] = []  # every fact read of this host: (fact key, arguments)
 
     def get_fact(self, cls, **kwargs):
+        self.read.append((fact_key(cls), kwargs))
+        if cls is NodeState:  # each reading from the fixture, as the fact alone would read it; None where it has none
+            return {"readings": [self.facts.get(name, {}).get(args_key(arguments)) for name, arguments in kwargs["readings"]],
+                    "unreadable": []}
         key = fact_key(cls)
         if key not in self.facts:
             raise KeyError(f"{self.name}: missing test fact {key}")
@@ -222,15 +228,15 @@ def fake_hosts(case: dict, state) -> dict[str, FakeHost]:
             state.failed_hosts.add(hosts[name])
         if name in case.get("failed", {}):  # it answers, but a step of this run failed on it
             state.failed_hosts.add(hosts[name])
-            failed = SimpleNamespace(is_complete=lambda: True, did_succeed=lambda: False)
+            failed = SimpleNamespace(is_complete=lambda: True, did_succeed=lambda: False, executed=True)
             state.ops[hosts[name]] = {case["failed"][name]: SimpleNamespace(operation_meta=failed)}
     return hosts
 
 
-def run_operation(op, case: dict) -> tuple[list, FakeHost]:
-    """Run an operation's generator on the case's ``"host"`` with the arguments its task gives it
-    there, ``"args"`` laid over them; diffs on if the case says ``"diff": true``. Its commands, and
-    the host with what was printed (``host.printed``)."""
+@contextmanager
+def running(case: dict):
+    """pyinfra's context on the case's ``"host"``: the case's state and every node as a host
+    (``fake_hosts``), by name."""
     state = SimpleNamespace(
         is_executing=case.get("executing", False),
         failed_hosts=set(),
@@ -241,18 +247,24 @@ def run_operation(op, case: dict) -> tuple[list, FakeHost]:
         get_op_meta=lambda op_hash: SimpleNamespace(names={op_hash}),
     )
     hosts = fake_hosts(case, state)
-    host = hosts[case["host"]]
+    with ctx_state.use(state), ctx_host.use(hosts[case["host"]]), ctx_inventory.use(FakeInventory(hosts)):
+        yield state, hosts
+
+
+def run_operation(op, case: dict) -> tuple[list, FakeHost]:
+    """Run an operation's generator on the case's ``"host"`` with the arguments its task gives it
+    there, ``"args"`` laid over them; diffs on if the case says ``"diff": true``. Its commands, and
+    the host with what was printed (``host.printed``) and every node (``host.nodes``)."""
     printed = Printed()
     with ExitStack() as stack:
         logger.addHandler(printed)
         stack.callback(logger.removeHandler, printed)
         stack.callback(logger.setLevel, logger.level)
         logger.setLevel(logging.INFO)
-        stack.enter_context(ctx_state.use(state))
-        stack.enter_context(ctx_host.use(host))
-        stack.enter_context(ctx_inventory.use(FakeInventory(hosts)))
+        _, hosts = stack.enter_context(running(case))
         given = case.get("args", {})
         arguments = {**task_arguments(op, given), **given}
         commands = [command_text(command) for command in op._inner(**arguments)]
-    host.printed = printed.lines
+    host = hosts[case["host"]]
+    host.printed, host.nodes = printed.lines, hosts
     return commands, host

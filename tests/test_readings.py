@@ -1,0 +1,126 @@
+"""What the steps read of each node, read once per node (operations/readings.py): the plan names
+every reading the operations take, a node is read once while the run changes nothing, and anew
+once it has changed something or the changes start executing."""
+
+import importlib
+from types import SimpleNamespace
+
+import pytest
+
+from facts.host_prep import ManagedPaths
+from facts.identity import MachineIds
+from facts.node import NodeState, fact_named
+from facts.serving import ServingState
+from facts.ssh_trust import SshTrust
+from operations.managed import managed_files
+from operations.own import NAMES, Claim, reading_paths
+from operations.readings import key, read, step_readings
+from tests.fake_host import args_key, fact_key, load, run_operation, running, site, task_arguments
+from tests.test_facts import facts_of_this_project
+from tests.test_operations import FIXTURES
+
+PROJECT = {name for name, _ in facts_of_this_project()}
+# What an operation reads of a node outside the plan: only as a change is shown (a program's old
+# text), while the changes execute (a callback's status), in verification, and the plan's own reading.
+ALONE = {"host_prep.ArchiveFiles", "status.ServingStatus", "verify.Readiness", "node.NodeState"}
+
+
+def planned(case: dict, name: str) -> set[str]:
+    return {key(fact, arguments) for fact, arguments in step_readings(site(case["site"], case.get("settings"), case.get("tables")), name)}
+
+
+@pytest.mark.parametrize("fixture", [path for path in FIXTURES if set(load(path).get("args", {})) <= {"role"} and "exception" not in load(path)],
+                         ids=lambda path: f"{path.parent.name}/{path.stem}")
+def test_the_plan_names_every_reading_an_operation_takes(fixture):
+    """Every fact of facts/ an operation reads on any node, but those it reads alone, it reads with the
+    plan's arguments there (else it reads that node twice); every node is read whole at most once."""
+    case = load(fixture)
+    module, name = fixture.parent.name.rsplit(".", 1)
+    op = getattr(importlib.import_module(f"operations.{module}"), name)
+    _, host = run_operation(op, case)
+    for node in host.nodes.values():
+        for fact, arguments in [(fact, arguments) for fact, arguments in node.read if fact in PROJECT - ALONE]:
+            assert key(fact_named(fact), arguments) in planned(case, node.name), f"{node.name} reads {fact}({args_key(arguments)})"
+        assert [fact for fact, _ in node.read].count(fact_key(NodeState)) <= 1
+
+
+def test_the_plan_names_the_managed_paths_the_task_reads():
+    """What the managed_files cases cannot say: they lay programs of their own over the task's."""
+    cluster = site("pair")
+    with running(pair()):
+        arguments = task_arguments(managed_files, {})
+    reading = {"files": [dest for _, dest, _ in arguments["programs"]],
+               "directories": reading_paths([Claim(*entry) for entry in arguments["directories"]]), "names": NAMES}
+    assert key(ManagedPaths, reading) in {
+        key(fact, planned_arguments) for fact, planned_arguments in step_readings(cluster, "spark-head")}
+
+
+STATE = {"stack_dir": "/etc/dual-spark", "key_file": "/var/lib/dual-spark/api-key", "model_record": "/var/lib/dual-spark/model.manifest.json"}
+IDS = {"etc": "1" * 32, "dbus": None, "dbus_is_link": False, "hostname": "spark-head", "unreadable": []}
+SERVING = {"compose": None, "launch": None, "container": None, "rdma": {"devices": {}, "unreadable": []}, "api_key": False,
+           "model_digest": None, "unreadable": []}
+
+
+def pair(**case) -> dict:
+    facts = {"identity.MachineIds": {"": IDS}, "serving.ServingState": {args_key(STATE): SERVING},
+             "ssh_trust.SshTrust": {args_key({"user": "spark", "netdevs": ["eth9"]}): {"home": "/home/spark"}}}
+    return {"site": "pair", "host": "spark-head", "facts": {"spark-head": facts, "spark-worker": facts}, **case}
+
+
+def read_alone(node) -> list[str]:
+    return [fact for fact, _ in node.read if fact != fact_key(NodeState)]
+
+
+def whole(node) -> int:
+    return [fact for fact, _ in node.read].count(fact_key(NodeState))
+
+
+def test_the_plan_names_serving_state_as_the_steps_read_it():
+    assert key(ServingState, STATE) in {key(fact, arguments) for fact, arguments in step_readings(site("pair"), "spark-worker")}
+
+
+@pytest.mark.parametrize("executing", [False, True])
+def test_every_node_is_read_once_while_the_run_changes_nothing(executing):
+    with running(pair(executing=executing)) as (_, hosts):
+        head, worker = hosts["spark-head"], hosts["spark-worker"]
+        assert read(head, MachineIds) == IDS
+        assert read(worker, ServingState, **STATE) == SERVING
+        assert read(head, ServingState, **STATE) == SERVING
+        assert read(worker, MachineIds) == IDS
+    assert (whole(head), whole(worker)) == (1, 1)
+    assert read_alone(head) == read_alone(worker) == []
+
+
+def test_a_reading_the_plan_lacks_is_taken_when_asked():
+    with running(pair()) as (_, hosts):
+        head = hosts["spark-head"]
+        assert read(head, SshTrust, user="spark", netdevs=["eth9"]) == {"home": "/home/spark"}
+    assert read_alone(head) == ["ssh_trust.SshTrust"]
+
+
+def test_once_a_step_ran_a_command_every_reading_is_taken_anew():
+    with running(pair(executing=True)) as (state, hosts):
+        head = hosts["spark-head"]
+        read(head, MachineIds)
+        state.ops[hosts["spark-worker"]] = {"op": SimpleNamespace(operation_meta=SimpleNamespace(executed=True))}
+        read(head, MachineIds)
+        read(head, MachineIds)
+    assert whole(head) == 1
+    assert read_alone(head) == ["identity.MachineIds", "identity.MachineIds"]
+
+
+def test_the_run_reads_again_what_change_detection_read():
+    with running(pair()) as (state, hosts):
+        head, worker = hosts["spark-head"], hosts["spark-worker"]
+        read(head, MachineIds)
+        state.is_executing = True
+        read(head, MachineIds)
+        read(worker, MachineIds)
+    assert (whole(head), whole(worker)) == (2, 2)
+    assert read_alone(head) == read_alone(worker) == []
+
+
+def test_a_node_that_does_not_answer_is_not_read_whole():
+    with running(pair(unreachable=["spark-worker"])) as (_, hosts):
+        read(hosts["spark-head"], MachineIds)
+    assert whole(hosts["spark-worker"]) == 0
