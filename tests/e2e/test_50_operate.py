@@ -158,7 +158,7 @@ def test_a_failed_wait_for_the_first_token_names_the_side_and_the_head_is_not_ca
     of calling it unreachable. Put right, the next deploy serves again."""
     in_node(WORKER.dir, "mv", MODEL_CONFIG, MODEL_CONFIG + ".aside")
     try:
-        result = subprocess.run([str(PYINFRA), "-y", "--data", "serving_ready_timeout=120", "inventory.py", "tasks/serving.py",
+        result = subprocess.run([str(PYINFRA), "-y", "--data", "serving_ready_timeout=60", "inventory.py", "tasks/serving.py",
                                  "tasks/verify.py"], cwd=REPO, env=LAB_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, timeout=900)
     finally:
