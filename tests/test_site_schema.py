@@ -5,8 +5,8 @@ are refused naming it or accepted, never a traceback.
 The documents are TOML text that load_site reads as it reads a file (SiteText: the disk left
 out); tests/test_site_config.py and the unreadable and deep files below read real files."""
 
-import copy
 import json
+import pickle
 import tomllib
 from pathlib import PosixPath
 
@@ -25,9 +25,11 @@ THIRD = {"hostname": "spark-c", "ssh_host": "127.0.0.3",
          "rail": [{**rail, "address": rail["address"].replace(".2/", ".3/")} for rail in GOOD["node"][1]["rail"]]}
 
 
+ESCAPES = {**{c: f"\\u{c:04x}" for c in (*range(0x20), 0x7f)}, ord('"'): '\\"', ord("\\"): "\\\\"}
+
+
 def toml_string(text: str) -> str:
-    escaped = "".join(f"\\u{ord(c):04x}" if ord(c) < 0x20 or c == "\x7f" else "\\" + c if c in '"\\' else c for c in text)
-    return f'"{escaped}"'
+    return f'"{text.translate(ESCAPES)}"'
 
 
 def toml_value(value) -> str:
@@ -94,7 +96,7 @@ def refused(document: dict, overrides: dict | None = None) -> str:
 
 def with_(path: str, value, base: dict | None = None) -> dict:
     """GOOD with one key set: ``settings.model_dir``, ``node.0.rail.1.address``, ``profile.fast.env``."""
-    document = copy.deepcopy(base or GOOD)
+    document = pickle.loads(pickle.dumps(base or GOOD))  # a deep copy, in a fifth of deepcopy's time
     *parents, last = path.split(".")
     table = document
     for part in parents:
@@ -273,9 +275,9 @@ def defaults_read_once(monkeypatch):
     """The loader's defaults (group_data/settings.py and serving.toml), read once for the
     thousands of examples below, each load getting its own copy as from a fresh read: what an
     example varies is the site, and every other test reads the defaults from disk."""
-    settings_read, serving_read = default_settings(), serving_data.defaults()
-    monkeypatch.setattr(site_config, "default_settings", lambda: copy.deepcopy(settings_read))
-    monkeypatch.setattr(serving_data, "defaults", lambda: copy.deepcopy(serving_read))
+    settings_read, serving_read = pickle.dumps(default_settings()), pickle.dumps(serving_data.defaults())
+    monkeypatch.setattr(site_config, "default_settings", lambda: pickle.loads(settings_read))
+    monkeypatch.setattr(serving_data, "defaults", lambda: pickle.loads(serving_read))
 
 
 def outcome(document: dict, overrides: dict | None = None) -> str | None:
