@@ -24,15 +24,31 @@ from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 
 PROGRESS_EVERY = 10  # seconds between the progress lines of a long step
+# The hub fetch's own environment, which a site's container_env does not change (the rest of it
+# applies: HF_HUB_DISABLE_XET=1 there fetches over plain HTTP). Xet (hf_xet, which huggingface_hub
+# uses for the files the hub serves through Xet, never for a server that sends no Xet headers):
+# its directory (logs, an empty upload staging area) lives in the container's own layer, gone with
+# `docker run --rm`, never in the model directory where $HF_HOME would put it; its chunk cache
+# stays off (a one-off fetch reads each chunk once; hf_xet has it off by default, pinned against an
+# image's build that turns it on); its download buffers are capped at the fixed limit hf_xet had
+# before it sized them from the host's memory: the head may be serving the old revision from the
+# same unified memory while it fetches. Why: docs/cluster.md#the-hub-fetch-and-xet.
+FETCH_ENV = {"HF_HOME": "/model/.cache/huggingface", "HF_XET_CACHE": "/tmp/hf-xet", "HF_XET_CHUNK_CACHE_SIZE_BYTES": "0",
+             "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_LIMIT": "8gb"}
 
 
-def container_args(container: dict) -> list:
-    """`docker run` arguments every runtime container gets from the site's container settings."""
-    args: list = []
+def container_args(container: dict, own: dict | None = None) -> list:
+    """`docker run` arguments every runtime container gets from the site's container settings;
+    with ``own``, the container's own environment first, and a name of it the site's container_env
+    also sets left out there: each name given once (given twice, both Python and hf_xet read the
+    first, but nothing needs to rely on that)."""
+    own = own or {}
+    args: list = [arg for key, value in own.items() for arg in ("-e", f"{key}={value}")]
     for path in container["mounts"]:
         args += ["-v", QuoteString(f"{path}:{path}:ro")]
     for key, value in sorted(container["env"].items()):
-        args += ["-e", QuoteString(f"{key}={value}")]
+        if key not in own:
+            args += ["-e", QuoteString(f"{key}={value}")]
     return args
 
 
@@ -324,10 +340,11 @@ def fetch(model: Model, user: str, where: dict, model_dir: str, image: Image, hf
     (operations/own.py) and checked again here: a real directory holding the deploy's marker, or
     nothing happens. From a directory on the head: copied by the deploy user (rsync under
     sudo -u), which first checks, as that user, that the source holds a config.json: what it may
-    not read stays unread. From the hub: the fetch program in the runtime image, with the token
-    file mounted only if the deploy user finds there a regular file of its own (not a link; it
-    makes it mode 600 itself); the container writes as root, so model_dir is given back to the
-    user afterwards, in the same command."""
+    not read stays unread. From the hub: the fetch program in the runtime image (over Xet where the
+    hub serves a file through it, with FETCH_ENV), with the token file mounted only if the deploy
+    user finds there a regular file of its own (not a link; it makes it mode 600 itself); the
+    container writes as root, so model_dir is given back to the user afterwards, in the same
+    command."""
     guard = claimed(model_dir, "model_dir")
     as_user = ["sudo", "-n", "-u", QuoteString(user)]
     if model.path:
@@ -352,7 +369,7 @@ def fetch(model: Model, user: str, where: dict, model_dir: str, image: Image, hf
     command = StringCommand(
         token, guard, "&&",
         "docker", "run", "--rm", "--network", "host", "-e", QuoteString(f"HF_ENDPOINT={hf_endpoint}"),
-        "-e", "HF_HUB_DISABLE_XET=1", "-e", "HF_HOME=/model/.cache/huggingface", *container_args(container),
+        *container_args(container, FETCH_ENV),
         "-v", QuoteString(f"{model_dir}:/model"), "-v", QuoteString(f"{where['programs']}:{IN_CONTAINER['programs']}:ro"), '"$@"',
         "--entrypoint", QuoteString(image.python), QuoteString(image.tag), IN_CONTAINER["programs"], "fetch",
         "--repo", QuoteString(model.repo), "--revision", QuoteString(model.revision), "--dest", "/model",

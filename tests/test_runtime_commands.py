@@ -106,6 +106,30 @@ def test_without_a_token_file_docker_gets_no_token_mount(tmp_path):
     assert not any("hf_token:ro" in arg for arg in docker) and docker[-3:] == ["/run/secrets/hf_token", "--progress", "10"]
 
 
+def env_of(docker: list[str]) -> list[str]:
+    """The NAME=value of each -e of a recorded docker call, in order."""
+    return [docker[i + 1] for i, arg in enumerate(docker[:-1]) if arg == "-e"]
+
+
+def test_the_fetch_keeps_xet_out_of_the_model_directory_and_its_own_settings_from_the_site(tmp_path):
+    """Xet is on (no HF_HUB_DISABLE_XET); its directory is the container's, not under /model, and
+    its chunk cache is off. The site's container_env cannot move either (each name given once,
+    the fetch's), and what else it sets applies: HF_HUB_DISABLE_XET=1 falls back to plain HTTP."""
+    model_dir = str(claimed_dir(tmp_path / "model"))
+    site = {"mounts": [], "env": {"HF_XET_CACHE": "/model/xet", "HF_HOME": "/cache/hf", "HF_HUB_DISABLE_XET": "1"}}
+    for container, disabled in ((NO_CONTAINER, []), (site, ["HF_HUB_DISABLE_XET=1"])):
+        command = fetch(HUB_MODEL, "spark", paths("/s", model_dir), model_dir, IMAGE, "http://hub", "~/absent", container).args[0]
+        result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
+        assert result.returncode == 0, result.stderr
+        env = env_of(calls[1])
+        names = [item.partition("=")[0] for item in env]
+        assert len(names) == len(set(names)), env
+        assert "HF_XET_CACHE=/tmp/hf-xet" in env and "HF_XET_CHUNK_CACHE_SIZE_BYTES=0" in env
+        assert "HF_HOME=/model/.cache/huggingface" in env
+        assert [item for item in env if item.startswith("HF_HUB_DISABLE_XET")] == disabled
+        (tmp_path / "record").unlink()
+
+
 def test_a_token_that_is_a_link_is_refused_never_mounted_and_what_it_names_untouched(tmp_path):
     secret = tmp_path / "shadow"
     secret.write_text("root:$6$hash")

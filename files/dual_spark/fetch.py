@@ -3,6 +3,8 @@ once, on the head. Runs inside the runtime image (which has huggingface_hub); th
 $HF_ENDPOINT. Before any byte moves it checks what a user gets wrong: a gated repository without
 a token (or with one that has no access), a revision that does not exist, a disk too small.
 Files already complete are not fetched again; LFS files are checked against the hub's SHA-256.
+huggingface_hub takes a file over Xet when the hub serves it so (hf_xet, set up by the deploy's
+docker run), else over plain HTTP; the check is the same.
 
     fetch --repo ORG/NAME --revision COMMIT --dest DIR [--token-file FILE] [--workers N]
           [--progress SECONDS]
@@ -47,11 +49,14 @@ def sha256(path: Path) -> str:
 
 
 def tree_bytes(root: Path) -> int:
-    """The bytes of the files under root, the download's partial files included."""
+    """The bytes written to the files under root, the download's partial files included: their
+    blocks, not their length, which runs ahead of what is written when parts land at their offsets
+    out of order (Xet's writer does). The length bounds it (blocks round up)."""
     total = 0
     for path in root.rglob("*"):
         try:
-            total += path.stat().st_size if path.is_file() else 0
+            info = path.stat()
+            total += min(info.st_size, info.st_blocks * 512) if path.is_file() else 0
         except OSError:  # renamed or removed as we looked
             pass
     return total
@@ -120,7 +125,7 @@ def main(argv: list[str], prog: str) -> None:
     try:
         with watch, ThreadPoolExecutor(args.workers) as pool:
             moved = sum(pool.map(fetch, missing))
-    except (HfHubHTTPError, OSError, ValueError) as error:
+    except (HfHubHTTPError, OSError, ValueError, RuntimeError) as error:  # RuntimeError: hf_xet's
         fail(f"fetching {where} stopped: {error}. Run the deploy again: files already complete are kept.")
     summary = {"commit": info.sha, "files": len(files), "bytes": sum(size for _, size, _ in files),
                "fetched_files": len(missing), "fetched_bytes": moved, "seconds": round(time.monotonic() - started, 3)}
