@@ -16,10 +16,16 @@ class Readings(TypedDict):
     unreadable: list[str]
 
 
-def fact_named(name: str) -> type[FactBase]:
-    """The fact class of facts/ named "module.Class"."""
-    module, cls = name.rsplit(".", 1)
-    return getattr(importlib.import_module(f"facts.{module}"), cls)
+def fact_named(name: str) -> type[FactBase] | None:
+    """The fact class of facts/ named "module.Class"; None for any other name."""
+    module, _, cls = name.partition(".")
+    if not (module.isidentifier() and cls.isidentifier()):
+        return None
+    try:
+        found = getattr(importlib.import_module(f"facts.{module}"), cls, None)
+    except ImportError:
+        return None
+    return found if isinstance(found, type) and issubclass(found, FactBase) else None
 
 
 class NodeState(FactBase[Readings]):
@@ -40,18 +46,21 @@ class NodeState(FactBase[Readings]):
         return {"readings": [], "unreadable": []}
 
     def command(self, readings: list) -> StringCommand:
+        facts = [(name, fact_named(name), arguments) for name, arguments in readings]
+        if unknown := [name for name, fact, _ in facts if fact is None]:
+            raise ValueError(f"not a fact of facts/: {', '.join(unknown)}")
         return combined({}, {
-            f"{index} {name}": StringCommand("(", fact_named(name)().command(**arguments), ")", "2>/dev/null", "|", "awk", "1")
-            for index, (name, arguments) in enumerate(readings)
+            f"{index} {name}": StringCommand("(", fact().command(**arguments), ")", "2>/dev/null", "|", "awk", "1")
+            for index, (name, fact, arguments) in enumerate(facts)
         })
 
     def process(self, output: list[str]) -> Readings:
         sections = split(output)
-        found = {int(words[0]): (key, words[1]) for key in sections
-                 if len(words := key.split(" ")) == 2 and words[0].isdigit() and words[1].count(".") == 1}  # not a nested one
+        found = {int(words[0]): (key, fact) for key in sections
+                 if len(words := key.split(" ")) == 2 and words[0].isdigit() and words[1].count(".") == 1  # not a nested one
+                 and (fact := fact_named(words[1])) is not None}
         readings: list[Any] = [None] * (max(found) + 1 if found else 0)
-        for index, (key, name) in found.items():
-            fact = fact_named(name)()
+        for index, (key, fact) in found.items():
             lines = part(sections, key)
-            readings[index] = fact.process(lines) if lines else fact.default()
+            readings[index] = fact().process(lines) if lines else fact.default()
         return {"readings": readings, "unreadable": sections[""]}

@@ -124,3 +124,14 @@ def test_a_node_that_does_not_answer_is_not_read_whole():
     with running(pair(unreachable=["spark-worker"])) as (_, hosts):
         read(hosts["spark-head"], MachineIds)
     assert whole(hosts["spark-worker"]) == 0
+
+
+@pytest.mark.parametrize("name", ["serving.", ".ServingState", "nosuch.Fact", "serving.ServingStatus_", "serving.os", "..x.y",
+                                  "combine.split"])
+def test_a_section_that_names_no_fact_is_left_out_and_never_run(name):
+    """The output names each section's fact; one that names no fact of facts/ is not a reading,
+    and a plan naming it is refused before any command is made."""
+    reading = NodeState().process([f"@@section 0 {name}", "x", "@@section 1 identity.MachineIds", "etc 0123"])
+    assert reading["readings"][0] is None and reading["readings"][1] is not None
+    with pytest.raises(ValueError, match="not a fact of facts/"):
+        NodeState().command(readings=[[name, {}]])
