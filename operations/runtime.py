@@ -166,14 +166,32 @@ def from_upstream(sender: Node, user: str, command: StringCommand, stdin: str | 
     return on_node(sender.rail_data, user, "w " + shlex.quote(command.get_raw_value()) + (f" < {shlex.quote(stdin)}" if stdin else ""))
 
 
+def at_once(jobs: list[tuple[str, str]], what: str) -> StringCommand:
+    """Shell that runs each job (a node's name, the shell that does ``what`` for it) at the same
+    time, in the background, each one's output kept apart; then waits for each and prints its
+    output, every line under its node's name, after a line naming the node when it failed; and
+    fails when any did, naming them all."""
+    script = ['d="$(mktemp -d)" || exit 1; failed=;']
+    script += [f'( {body} ) >"$d/{i}" 2>&1 & p{i}=$!;' for i, (_, body) in enumerate(jobs)]
+    for i, (name, _) in enumerate(jobs):
+        script.append(f'wait "$p{i}" || {{ failed="$failed {name}"; echo {shlex.quote(f"{what} failed on {name}:")} >&2; }}; '
+                      f'sed {shlex.quote(f"s/^/{name}: /")} "$d/{i}" >&2;')
+    script.append(f'rm -rf "$d"; [ -z "$failed" ] || {{ echo {shlex.quote(f"{what} failed on:")}"$failed"'
+                  f'{shlex.quote(" (tested again there next run; each node that passed is recorded)")} >&2; exit 1; }}')
+    return StringCommand("sh", "-c", QuoteString(" ".join(script)))
+
+
 @operation()
 def runtime_image(image_name: str, image: Image, user: str, state_dir: str, container: dict):
     """
     On the head: obtain the runtime image once (pull by digest, or build from its directory
-    here) and smoke-test it (`import vllm` in a throwaway container); then pass it down the chain
-    of ranks over the fabric: rank r streams it to rank r+1 (`docker save | ssh docker load`) only
-    when r+1 lacks that image ID, the IDs are compared and it is smoke-tested there, before r+1
-    sends it on. Every node knows it by one local tag; the head drives every hop.
+    here); then pass it down the chain of ranks over the fabric: rank r streams it to rank r+1
+    (`docker save | ssh docker load`) only when r+1 lacks that image ID, and the IDs are compared
+    (the same ID is the same bytes) before r+1 sends it on. Then every node whose smoke test has
+    not passed for that ID (the head, each receiver, a worker that had it untested) is smoke-tested
+    (`import vllm` in a throwaway container), all at the same time, each on its own node, in one
+    command: each writes its marker only when it passes there, and a failure names its node. Every
+    node knows the image by one local tag; the head drives every hop and every test.
 
     + image_name: the image's name in the serving data
     + image: its spec (``tag``, and ``ref`` or ``build``, ``python``)
@@ -212,11 +230,8 @@ def runtime_image(image_name: str, image: Image, user: str, state_dir: str, cont
             yield watched(programs, f"building {tag}", "docker", "build", "-t", QuoteString(tag),
                           QuoteString(context))
             yield StringCommand("rm", "-rf", QuoteString(context), QuoteString(upload))
-    if not smoked(mine, mine["id"]):
-        yield smoke_test(tag, image, container, marker)
     receivers = down_the_chain(cluster, readings, lambda node, reading: mine["id"] is not None and reading["id"] == mine["id"],
                                "sending the runtime image")
-    remote_smoke = "w " + shlex.quote("sudo -n sh -c " + shlex.quote(smoke_test(tag, image, container, marker).get_raw_value()))
     size = f" ({gib(mine['size'])})" if mine["size"] else ""
     for node in receivers:
         sender = cluster.upstream(node)
@@ -224,19 +239,25 @@ def runtime_image(image_name: str, image: Image, user: str, state_dir: str, cont
     unsmoked = [node for node in cluster.workers
                 if node not in receivers and readings[node.hostname] is not None and readings[node.hostname]["id"] == mine["id"]
                 and not smoked(readings[node.hostname], mine["id"])]
-    for node in cluster.workers:
-        if node in receivers:
-            meter = (f"python3 {shlex.quote(programs)} progress pipe --what {shlex.quote(f'streaming {tag} to {node.hostname}')} "
-                     f"--total \"$(docker image inspect -f '{{{{.Size}}}}' {shlex.quote(tag)})\" --fd 3")
-            hop = on_node(node.rail_data, user, (
-                f"{{ docker save {shlex.quote(tag)} | {meter} | w sudo -n docker load >/dev/null; }} 3>&1 && "
-                f"test \"$({image_id_of(tag)})\" = \"$(w {shlex.quote('sudo -n ' + image_id_of(tag))})\" && {remote_smoke}"
-            ))
-            sender = cluster.upstream(node)
-            as_root = hop if sender.rank == 0 else StringCommand("sudo", "-n", hop)
-            yield FunctionCommand(streamed, (from_upstream(sender, user, as_root),), {})
-        elif node in unsmoked:
-            yield on_node(node.rail_data, user, remote_smoke)
+    for node in receivers:
+        meter = (f"python3 {shlex.quote(programs)} progress pipe --what {shlex.quote(f'streaming {tag} to {node.hostname}')} "
+                 f"--total \"$(docker image inspect -f '{{{{.Size}}}}' {shlex.quote(tag)})\" --fd 3")
+        sender = cluster.upstream(node)
+        differs = f"{tag} reached {node.hostname} with another image ID than {sender.hostname}'s: it is sent again next run"
+        hop = on_node(node.rail_data, user, (
+            f"{{ docker save {shlex.quote(tag)} | {meter} | w sudo -n docker load >/dev/null; }} 3>&1 && "
+            f"{{ test \"$({image_id_of(tag)})\" = \"$(w {shlex.quote('sudo -n ' + image_id_of(tag))})\" || "
+            f"{{ echo {shlex.quote(differs)} >&2; exit 1; }}; }}"
+        ))
+        as_root = hop if sender.rank == 0 else StringCommand("sudo", "-n", hop)
+        yield FunctionCommand(streamed, (from_upstream(sender, user, as_root),), {})
+    test = smoke_test(tag, image, container, marker).get_raw_value()
+    remote = "w " + shlex.quote("sudo -n sh -c " + shlex.quote(test))
+    tests = ([(cluster.head.hostname, test)] if not smoked(mine, mine["id"]) else []) + [
+        (node.hostname, on_node(node.rail_data, user, remote).get_raw_value())
+        for node in cluster.workers if node in receivers or node in unsmoked]
+    if tests:
+        yield at_once(tests, f"the smoke test of {tag} (import vllm)")
     if not receivers and not unsmoked and smoked(mine, mine["id"]) and None not in theirs:
         host.noop(f"{tag} ({mine['id'][:19]}) on {every_node(cluster)}, smoke-tested")
 

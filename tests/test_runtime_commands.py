@@ -250,11 +250,16 @@ if command != "true":
     with open(os.environ["RECORD"], "a") as record:
         record.write(json.dumps(["ssh", os.environ.get("NODE", "head"), target]) + "\\n")
 os.environ["NODE"] = target.split("@")[1]
+# each node its own working directory (a relative state_dir is each node's own), named after the
+# host of its rails' last octet, the head's the one the test starts in
+node = ("spark-head", "spark-worker1", "spark-worker2", "spark-worker3")[int(os.environ["NODE"].split(".")[-1]) - 1]
+os.makedirs(os.path.join(os.environ["NODES"], node), exist_ok=True)
+os.chdir(os.path.join(os.environ["NODES"], node))
 os.execvp("sh", ["sh", "-c", command])
 """
 DOCKER = f"""#!{sys.executable}
-import json, os, sys
-args, node = sys.argv[1:], os.environ.get("NODE", "head")
+import json, os, sys, time
+args, node, status = sys.argv[1:], os.environ.get("NODE", "head"), 0
 call = ["docker", node, *args]
 if args[0] == "save":
     sys.stdout.write("the layers of " + args[1])
@@ -262,61 +267,133 @@ elif args[0] == "load":
     call.append(sys.stdin.read())
 elif args[:3] == ["image", "inspect", "-f"]:
     print("sha256:" + "ab" * 32 if "Id" in args[3] else "20")
-elif args[0] == "run":
-    print("INFO a log line of vLLM's")
-    print(json.dumps(["method", "num_speculative_tokens"]))
+elif args[0] == "run":  # a smoke test, its start and end times kept apart; vLLM does not import on NO_VLLM
+    with open(os.environ["RECORD"] + ".times", "a") as times:
+        times.write(f"{{node}} start {{time.monotonic()}}\\n")
+    began = time.monotonic()  # with AT_ONCE=n, it ends once n tests have started (or after 5 s: one at a time)
+    while time.monotonic() - began < 5 and open(os.environ["RECORD"] + ".times").read().count(" start ") < int(os.environ.get("AT_ONCE", 0)):
+        time.sleep(0.05)
+    with open(os.environ["RECORD"] + ".times", "a") as times:
+        times.write(f"{{node}} end {{time.monotonic()}}\\n")
+    if node in os.environ.get("NO_VLLM", "").split():
+        print("Traceback (most recent call last):\\nModuleNotFoundError: No module named 'vllm'", file=sys.stderr)
+        status = 1
+    else:
+        print("INFO a log line of vLLM's")
+        print(json.dumps(["method", "num_speculative_tokens"]))
 with open(os.environ["RECORD"], "a") as record:
     record.write(json.dumps(call) + "\\n")
+sys.exit(status)
 """
 
 
-def chain_case(fact: str, args: dict, fact_args: dict, head: dict, worker1: dict, worker2: dict) -> dict:
-    """Four nodes: the head, worker1 and worker2 reading as given, worker3 as worker1 (it has it)."""
+def chain_case(fact: str, args: dict, fact_args: dict, head: dict, worker1: dict, worker2: dict, worker3: dict | None = None) -> dict:
+    """Four nodes: the head, worker1, worker2 and worker3 reading as given, worker3 by default as
+    worker1 (it has it)."""
     key = args_key(fact_args)
-    readings = {"spark-head": head, "spark-worker1": worker1, "spark-worker2": worker2, "spark-worker3": worker1}
+    readings = {"spark-head": head, "spark-worker1": worker1, "spark-worker2": worker2, "spark-worker3": worker3 or worker1}
     return {"site": "four", "host": "spark-head", "args": args, "facts": {name: {fact: {key: reading}} for name, reading in readings.items()}}
 
 
-def hop_from_worker1(tmp_path: Path, fact: str, args: dict, fact_args: dict, head: dict, worker1: dict, worker2: dict):
-    """The operation's one command (worker1 sends to worker2), run by sh on the "head" with the
-    stand-ins; its result and the calls recorded."""
+def the_chain(tmp_path: Path, fact: str, args: dict, fact_args: dict, *readings: dict, before=None, env: dict | None = None):
+    """The operation's commands, run one after another by sh on the "head" with the stand-ins,
+    each node in its own directory under tmp_path/nodes (``before`` called with it first), up to
+    the first that fails, as pyinfra runs them; the commands, their results and the calls recorded."""
     commands, _ = run_operation(getattr(runtime, "runtime_image" if fact == "runtime.ImageState" else "model_on_every_node"),
-                                chain_case(fact, args, fact_args, head, worker1, worker2))
-    assert len(commands) == 1 and commands[0][:2] == ["function", "streamed"], commands
+                                chain_case(fact, args, fact_args, *readings))
     directory = tmp_path / "bin"
     directory.mkdir()
     for name, text in (("sudo", SUDO), ("ssh", SSH), ("docker", DOCKER)):
         (directory / name).write_text(text)
         (directory / name).chmod(0o755)
+    nodes = tmp_path / "nodes"
+    (nodes / "spark-head").mkdir(parents=True)
+    if before:
+        before(nodes)
     record = tmp_path / "record"
-    env = {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}", "RECORD": str(record)}
-    result = subprocess.run(["sh", "-c", commands[0][2]], env=env, capture_output=True, text=True, timeout=60)
-    return result, [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+    env = {**os.environ, "PATH": f"{directory}:{os.environ['PATH']}", "RECORD": str(record), "NODES": str(nodes), **(env or {})}
+    results = []
+    for command in commands:
+        text = command[2] if command[:2] == ["function", "streamed"] else command
+        results.append(subprocess.run(["sh", "-c", text], env=env, cwd=nodes / "spark-head", capture_output=True, text=True, timeout=60))
+        if results[-1].returncode != 0:
+            break
+    return commands, results, [json.loads(line) for line in record.read_text().splitlines()] if record.exists() else []
+
+
+def hop_from_worker1(tmp_path: Path, fact: str, args: dict, fact_args: dict, head: dict, worker1: dict, worker2: dict):
+    """The operation's one command (worker1 sends to worker2), run by sh on the "head" with the
+    stand-ins; its result and the calls recorded."""
+    commands, results, calls = the_chain(tmp_path, fact, args, fact_args, head, worker1, worker2)
+    assert len(commands) == 1 and commands[0][:2] == ["function", "streamed"], commands
+    return results[0], calls
+
+
+def with_programs(nodes: Path, *names: str) -> None:
+    """The programs' archive in the (relative) state directory of the nodes named."""
+    for name in names:
+        (nodes / name / "state/bin").mkdir(parents=True)
+        (nodes / name / "state/bin/dual-spark.pyz").write_bytes(programs.built())
+
+
+IMAGE_ID = "sha256:" + "ab" * 32
+HAVE = {"id": IMAGE_ID, "size": 20, "smoke_tested": IMAGE_ID, "speculative_keys": ["method"], "unreadable": []}
+UNTESTED = {**HAVE, "smoke_tested": None, "speculative_keys": None}
+LACKS = {**UNTESTED, "id": None}
+IMAGE_ARGS = {"image_name": "x", "image": IMAGE, "user": "spark", "state_dir": "state", "container": NO_CONTAINER}
+MARKER = runtime.smoke_marker("state", IMAGE.tag)  # relative: each node's own, under its directory
+IMAGE_FACT = {"tag": IMAGE.tag, "marker": MARKER}
 
 
 def test_an_image_hop_from_a_worker_streams_from_it_to_the_next_and_tests_it_there(tmp_path):
     """worker1 has the image, worker2 lacks it: the head has worker1 stream it to worker2 (over
-    worker2's second rail: its first does not answer), the IDs compared, smoke-tested on worker2."""
-    state = tmp_path / "state"
-    (state / "bin").mkdir(parents=True)
-    (state / "bin/dual-spark.pyz").write_bytes(programs.built())
-    marker = runtime.smoke_marker(str(state), IMAGE.tag)
-    image_id = "sha256:" + "ab" * 32
-    have = {"id": image_id, "size": 20, "smoke_tested": image_id, "speculative_keys": ["method"], "unreadable": []}
-    result, calls = hop_from_worker1(
-        tmp_path, "runtime.ImageState",
-        {"image_name": "x", "image": IMAGE, "user": "spark", "state_dir": str(state), "container": NO_CONTAINER},
-        {"tag": IMAGE.tag, "marker": marker}, have, have, {**have, "id": None, "smoke_tested": None, "speculative_keys": None})
-    assert result.returncode == 0, result.stderr
-    assert "the worker does not answer over SSH at 10.0.0.3: trying the next rail" in result.stderr
-    assert result.stdout.startswith(f"streaming {IMAGE.tag} to spark-worker2: 28 B in "), result.stdout
+    worker2's second rail: its first does not answer), the IDs compared; then, in the next
+    command, worker2 is smoke-tested."""
+    commands, results, calls = the_chain(tmp_path, "runtime.ImageState", IMAGE_ARGS, IMAGE_FACT, HAVE, HAVE, LACKS,
+                                         before=lambda nodes: with_programs(nodes, "spark-worker1"))
+    assert len(commands) == 2 and commands[0][:2] == ["function", "streamed"], commands
+    hop, smoke = results
+    assert hop.returncode == 0, hop.stderr
+    assert "the worker does not answer over SSH at 10.0.0.3: trying the next rail" in hop.stderr
+    assert hop.stdout.startswith(f"streaming {IMAGE.tag} to spark-worker2: 28 B in "), hop.stdout
+    assert smoke.returncode == 0, smoke.stderr
     assert ["ssh", "head", "spark@10.0.0.2"] in calls and ["ssh", "10.0.0.2", "spark@10.0.1.3"] in calls
     assert ["docker", "10.0.0.2", "save", IMAGE.tag] in calls
     assert ["docker", "10.0.1.3", "load", f"the layers of {IMAGE.tag}"] in calls
     run_on_worker2 = [call for call in calls if call[:3] == ["docker", "10.0.1.3", "run"]]
     assert len(run_on_worker2) == 1 and run_on_worker2[0][-3:] == [IMAGE.tag, "-c", runtime.SMOKE]
-    assert Path(marker).read_text() == f'{image_id}\n["method", "num_speculative_tokens"]\n'  # the fields, without vLLM's log
+    assert [call[1] for call in calls if call[0] == "docker" and call[2] == "run"] == ["10.0.1.3"]  # the only one tested
+    nodes = tmp_path / "nodes"
+    marker = nodes / "spark-worker2" / MARKER
+    assert marker.read_text() == f'{IMAGE_ID}\n["method", "num_speculative_tokens"]\n'  # the fields, without vLLM's log
     assert not any(call[:2] == ["docker", "head"] for call in calls)  # the head's link stays free
+
+
+def test_the_smoke_tests_run_at_once_and_one_that_fails_names_its_node_the_others_recorded(tmp_path):
+    """The head untested, worker2 lacking the image, worker3 untested, and vLLM does not import on
+    worker3: the hop runs, then the three smoke tests at the same time, each on its own node; the
+    step fails naming worker3 with its error, and the head and worker2 have their markers, worker3
+    none (it is tested again next run)."""
+    commands, results, calls = the_chain(tmp_path, "runtime.ImageState", IMAGE_ARGS, IMAGE_FACT, UNTESTED, HAVE, LACKS, UNTESTED,
+                                         before=lambda nodes: with_programs(nodes, "spark-worker1"), env={"NO_VLLM": "10.0.0.4", "AT_ONCE": "3"})
+    assert len(commands) == 2 and len(results) == 2, commands
+    hop, smoke = results
+    assert hop.returncode == 0, hop.stderr
+    assert smoke.returncode == 1, smoke.stderr
+    assert f"the smoke test of {IMAGE.tag} (import vllm) failed on spark-worker3:" in smoke.stderr
+    assert "spark-worker3: ModuleNotFoundError: No module named 'vllm'" in smoke.stderr
+    assert smoke.stderr.splitlines()[-1] == (f"the smoke test of {IMAGE.tag} (import vllm) failed on: spark-worker3 "
+                                             "(tested again there next run; each node that passed is recorded)")
+    assert "failed on spark-head" not in smoke.stderr and "failed on spark-worker2" not in smoke.stderr
+    assert "spark-worker2: the worker does not answer over SSH at 10.0.0.3: trying the next rail" in smoke.stderr
+    nodes = tmp_path / "nodes"
+    for node in ("spark-head", "spark-worker2"):
+        assert (nodes / node / MARKER).read_text() == f'{IMAGE_ID}\n["method", "num_speculative_tokens"]\n', node
+    assert not (nodes / "spark-worker3" / MARKER).exists() and not (nodes / "spark-worker1" / MARKER).exists()
+    assert sorted(call[1] for call in calls if call[0] == "docker" and call[2] == "run") == ["10.0.0.4", "10.0.1.3", "head"]
+    times = [line.split() for line in (tmp_path / "record.times").read_text().splitlines()]
+    starts, ends = [float(t) for _, what, t in times if what == "start"], [float(t) for _, what, t in times if what == "end"]
+    assert len(starts) == 3 and max(starts) < min(ends), times  # all three running at once
 
 
 def test_a_model_hop_from_a_worker_runs_sync_there_as_the_deploy_user(tmp_path):
