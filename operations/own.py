@@ -40,6 +40,13 @@ class Claim:
     mode: str
 
 
+def deploy_directories(settings, user: str) -> list[tuple[str, str, str, str]]:
+    """The directories the deploy claims (setting, path, owner, mode): every one in the first step
+    that touches any (tasks/runtime.py), so a refusal comes before anything changes."""
+    return [("state_dir", settings.state_dir, "root", "755"), ("model_dir", settings.model_dir, user, "755"),
+            ("stack_dir", settings.stack_dir, "root", "755")]
+
+
 def levels(path: str) -> list[str]:
     """The directories the deploy makes or finds its marker in: own_top(path) down to path."""
     top = own_top(path)

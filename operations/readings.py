@@ -27,7 +27,7 @@ from facts.runtime import ImageState, ModelState
 from facts.serving import ModelHeads, ServingState
 from facts.ssh_trust import SshTrust
 from layout import paths, smoke_marker
-from operations.own import NAMES, Claim, reading_paths
+from operations.own import NAMES, Claim, deploy_directories, reading_paths
 
 # node -> (taken while the changes execute, the greenlet reading it: {reading's key: its value})
 _taken: WeakKeyDictionary[Host, tuple[bool, gevent.Greenlet]] = WeakKeyDictionary()
@@ -38,8 +38,7 @@ def step_readings(cluster: Cluster, name: str) -> list[tuple[type[FactBase], dic
     arguments), whichever node's step reads it."""
     settings, user, node = cluster.settings, cluster.deploy_user, cluster.node(name)
     where = paths(settings.state_dir, settings.model_dir)
-    claims = [Claim("state_dir", settings.state_dir, "root", "755"), Claim("model_dir", settings.model_dir, user, "755"),
-              Claim("stack_dir", settings.stack_dir, "root", "755")]
+    claims = [Claim(*entry) for entry in deploy_directories(settings, user)]
     readings = [
         (PackageStatus, {"packages": settings.host_packages}),
         (UserGroups, {"user": user}),

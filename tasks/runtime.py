@@ -6,6 +6,7 @@ from io import BytesIO
 from pyinfra import host
 
 from operations.managed import managed_files
+from operations.own import deploy_directories
 from operations.runtime import model_on_every_node, paths, runtime_image
 from programs import built
 
@@ -19,11 +20,7 @@ managed_files(
     name=f"Claim the deploy's directories (state, model: {user}'s, stack), then install the programs in one archive "
          "(model hashing and replication, hub fetch, progress lines, serving health and watchdog)",
     programs=[(BytesIO(built()), where["programs"], "755")],
-    directories=[  # every one claimed here, in the first step that touches any: a refusal comes before anything changes
-        ("state_dir", settings.state_dir, "root", "755"),
-        ("model_dir", settings.model_dir, user, "755"),
-        ("stack_dir", settings.stack_dir, "root", "755"),
-    ],
+    directories=deploy_directories(settings, user),
     show_program_diffs=settings.show_program_diffs,
 )
 
