@@ -65,6 +65,7 @@ class Settings:
     generation_config: dict
     vllm_extra_args: list[str]
     serving_ready_timeout: int
+    rollback_on_failure: bool
     serving_env: dict[str, str]
     container_gpus: str
     container_devices: list[str]

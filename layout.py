@@ -14,6 +14,10 @@ MANAGED_MARKER = ".dual-spark-managed"  # in a model directory the deploy made (
 VERIFIED = ".dual-spark-verified.json"  # in a model directory: what was verified there
 OWN_FILES = ".dual-spark-"  # the prefix of the deploy's own files in a model directory, never replicated
 RUN_DIR = "/run/dual-spark"  # staging, gone at a reboot
+# In stack_dir: the stack files of the last state that served (a first token came), and of the
+# one that served before it, each with its state.json (what it served, since when): the way back.
+RECORDS = ("served", "rollback")
+RECORD_STATE = "state.json"
 
 # Inside a container: what compose mounts where, and what launch.sh calls (the programs' archive
 # also in the hub fetch's container).

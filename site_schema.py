@@ -476,6 +476,7 @@ SETTINGS = {
                              names=SCALAR_TABLE.names, item=SCALAR_TABLE.item),
     "vllm_extra_args": Key(list, "use a list of strings", item=text(lambda v: single_line(v) if v else "drop empty arguments")),
     "serving_ready_timeout": positive(86_400, "use 1 to 86400 seconds"),
+    "rollback_on_failure": flag(),
     "serving_env": env_table("serving_env"),
     "container_gpus": text(gpus),
     "container_devices": Key(list, "use a list of device paths", item=text(container_device)),

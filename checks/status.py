@@ -10,6 +10,7 @@ from checks.fabric import link_check, roce_check
 from checks.node import NVML_FIXES
 from cluster import Cluster, Profile
 from layout import CONTAINER
+from operations.records import described
 
 LOGS = f"docker logs --tail 100 {CONTAINER}"
 UP = ("serving", "busy", "joined")  # the watchdog states of a side that serves
@@ -27,6 +28,7 @@ def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None])
     if node.role == "head":
         workers = {other: reading for other, reading in readings.items() if other != name}
         checks += api_rows(name, mine, workers, cluster.profiles[mine_profile(mine, cluster)])
+        checks += record_rows(name, mine)
     checks.append(memory_row(name, mine["memory"]))
     configured = {rail["netdev"] for rail in node.rail_data}
     rdma = mine["rdma"]["devices"]
@@ -142,6 +144,24 @@ def api_rows(name: str, head: dict, workers: dict[str, dict | None], profile: Pr
                             f"{rate:.0%} of draft tokens accepted since the start ({spec['accepted']:,} of {spec['draft_tokens']:,}), "
                             f"mean acceptance length {1 + spec['accepted'] / spec['drafts']:.2f}"))
     return checks
+
+
+def record_rows(name: str, head: dict) -> list[Check]:
+    """The state that serves and the one tasks/rollback.py returns to, as the head records them."""
+    served, before = head["records"]["served"], head["records"]["rollback"]
+    running = (head["container"] or {}).get("stack")
+    rollback = "`pyinfra inventory.py tasks/rollback.py` returns to it"
+    if served is None:
+        return [Check(name, "serving state", WARN, "none recorded yet", "the next deploy records it once the head generates a token"),
+                Check(name, "rollback state", PASS, "none recorded yet")]
+    image = f" ({served['image_id'][:19]})" if served.get("image_id") else ""
+    if served["stack"] == running:
+        back = Check(name, "rollback state", PASS, f"{described(before)}: {rollback}" if before else
+                     "none recorded yet: after a change that serves, tasks/rollback.py returns to the state before it")
+        return [Check(name, "serving state", PASS, described(served) + image), back]
+    return [Check(name, "serving state", WARN, f"the head runs stack {running or 'none'}, not the one recorded as serving",
+                  "a change is under way, or one failed and was left in place: the rollback state row says where tasks/rollback.py returns"),
+            Check(name, "rollback state", PASS, f"{described(served)}{image}: {rollback}")]
 
 
 def failing_side(head: dict, workers: dict[str, dict | None]) -> str:

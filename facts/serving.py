@@ -11,7 +11,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from facts.combine import combined, part, split
 from facts.fabric import Rdma, RdmaDevices
-from layout import CONTAINER, LABELS
+from layout import CONTAINER, LABELS, RECORD_STATE, RECORDS
 
 LABEL = '{{index .Config.Labels "%s"}}'
 INSPECT = "|".join(["{{.Id}}", "{{.State.Status}}", "{{.State.StartedAt}}", "{{.RestartCount}}", LABEL % LABELS["stack"],
@@ -39,7 +39,28 @@ class Serving(TypedDict):
     rdma: Rdma
     api_key: bool
     model_digest: str | None
+    records: dict[str, dict | None]
     unreadable: list[str]
+
+
+def record_sections(stack_dir: str) -> dict[str, StringCommand]:
+    """The state.json of each record in stack_dir (layout.RECORDS): the states that served."""
+    return {name: StringCommand("cat", QuoteString(f"{stack_dir}/{name}/{RECORD_STATE}"), "2>/dev/null") for name in RECORDS}
+
+
+def records_reading(sections: dict[str, list[str]]) -> tuple[dict[str, dict | None], list[str]]:
+    """Each record's state (None where there is none), and the lines that did not read."""
+    records, unreadable = {}, []
+    for name in RECORDS:
+        found = [line for line in sections.get(name, []) if line.strip()]
+        try:
+            value = json.loads(found[-1]) if found else None
+        except ValueError:
+            value = None
+        if found and not (isinstance(value, dict) and isinstance(value.get("cluster"), str) and isinstance(value.get("stack"), str)):
+            value, unreadable = None, unreadable + found
+        records[name] = value
+    return records, unreadable
 
 
 def stack_sections(stack_dir: str, key_file: str, model_record: str) -> dict[str, StringCommand]:
@@ -55,6 +76,7 @@ def stack_sections(stack_dir: str, key_file: str, model_record: str) -> dict[str
         "api_key": StringCommand("test", "-s", QuoteString(key_file), "&&", "echo", "present"),
         "model_digest": StringCommand("sed", "-n", QuoteString(r's/^ *"digest": "\([0-9a-f]*\)".*/\1/p'), QuoteString(model_record),
                                       "2>/dev/null"),
+        **record_sections(stack_dir),
     }
 
 
@@ -81,7 +103,8 @@ class ServingState(FactBase[Serving]):
     A node's stack files in ``stack_dir`` (their lines, None where absent), its vLLM container
     (None where there is none), the RDMA devices (for the RoCE v2 GID index NCCL must use),
     whether the API key file exists (never its content), and the digest of the model in
-    ``model_record`` (the head's manifest: the stack names the model it serves).
+    ``model_record`` (the head's manifest: the stack names the model it serves); ``records``: the
+    state of each record of a state that served (``RECORDS``; None where there is none).
 
     .. code:: python
 
@@ -89,13 +112,17 @@ class ServingState(FactBase[Serving]):
          "container": {"id": "4f1c...", "status": "running", "started": "2026-11-29T20:01:02.5Z", "restarts": 0,
                        "stack": "9d2e...", "profile": "adaptive", "image": "sha256:5ebd...", "health": "healthy",
                        "exit_code": 0, "finished": "0001-01-01T00:00:00Z"},
-         "rdma": {...RdmaDevices...}, "api_key": True, "model_digest": "e83a3654f563...", "unreadable": []}
+         "rdma": {...RdmaDevices...}, "api_key": True, "model_digest": "e83a3654f563...",
+         "records": {"served": {"cluster": "5c1f...", "stack": "9d2e...", "profile": "adaptive", "image": "dual-spark/...",
+                                "image_id": "sha256:5ebd...", "model": {"repo": "...", "revision": "..."},
+                                "model_digest": "e83a3654f563", "since": "2026-11-29T20:03:40Z"}, "rollback": None},
+         "unreadable": []}
     """
 
     @staticmethod
     def default() -> Serving:
         return {"compose": None, "launch": None, "container": None, "rdma": RdmaDevices.default(), "api_key": False,
-                "model_digest": None, "unreadable": []}
+                "model_digest": None, "records": dict.fromkeys(RECORDS), "unreadable": []}
 
     def command(self, stack_dir: str, key_file: str, model_record: str) -> StringCommand:
         return combined({**stack_sections(stack_dir, key_file, model_record), "rdma": RdmaDevices().command()})
@@ -117,8 +144,40 @@ class ServingState(FactBase[Serving]):
             reading["model_digest"] = digest[0]
         else:
             unreadable += digest
-        reading["unreadable"] = unreadable
+        reading["records"], bad = records_reading(sections)
+        reading["unreadable"] = unreadable + bad
         return reading
+
+
+class Files(TypedDict):
+    compose: list[str] | None
+    launch: list[str] | None
+    unreadable: list[str]
+
+
+class RecordFiles(FactBase[Files]):
+    """
+    The stack files of record ``record`` in ``stack_dir`` (layout.RECORDS): their lines, None
+    where absent.
+
+    .. code:: python
+
+        {"compose": ["# Managed by ...", "..."], "launch": ["#!/bin/sh", "..."], "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Files:
+        return {"compose": None, "launch": None, "unreadable": []}
+
+    def command(self, stack_dir: str, record: str) -> StringCommand:
+        return combined({part_name: StringCommand("test", "-f", QuoteString(f"{stack_dir}/{record}/{file}"), "&&", "echo", "present",
+                                                  "&&", "cat", QuoteString(f"{stack_dir}/{record}/{file}"))
+                         for part_name, file in (("compose", "compose.yaml"), ("launch", "launch.sh"))})
+
+    def process(self, output: list[str]) -> Files:
+        sections = split(output)
+        files = {name: lines[1:] if (lines := sections.get(name, []))[:1] == ["present"] else None for name in ("compose", "launch")}
+        return {**files, "unreadable": sections[""]}
 
 
 # Where vLLM 0.32 reads the KV head count (ModelArchConfigConvertor.get_total_num_kv_heads), in its order.

@@ -12,7 +12,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 from facts.combine import combined, split
 from facts.fabric import Links, NetLinks, Rdma, RdmaDevices
 from facts.gpu import GpuMemory, Memory
-from facts.serving import CONTAINER, Container, container_command, container_reading
+from facts.serving import CONTAINER, Container, container_command, container_reading, record_sections, records_reading
 from facts.verify import api_reading
 
 
@@ -31,6 +31,7 @@ class Status(TypedDict):
     links: Links
     rdma: Rdma
     api: dict | None
+    records: dict[str, dict | None]
     unreadable: list[str]
 
 
@@ -40,7 +41,8 @@ class ServingStatus(FactBase[Status]):
     ``watchdog`` what `watchdog status` (of the ``programs`` archive) printed: the live state on the
     fabric (None when none answers) and the backoff record; ``log`` the container's last
     ``log_lines`` lines; ``api`` (on the head, where ``api`` names the URL and key file) what
-    `health --metrics` read.
+    `health --metrics` read; ``records`` the states that served, recorded in ``stack_dir``
+    (ServingState's).
 
     .. code:: python
 
@@ -49,16 +51,16 @@ class ServingStatus(FactBase[Status]):
                       "starts": {"failed_starts": 0, "healthy": True}, "unreadable": []},
          "log": ["(APIServer pid=1) INFO ..."], "memory": {...GpuMemory...}, "links": {...NetLinks...},
          "rdma": {...RdmaDevices...}, "api": {"ok": True, "model": "tiny", "max_model_len": 512, "metrics": {"spec": {"drafts": 40, ...}, ...}, ...},
-         "unreadable": []}
+         "records": {"served": {...}, "rollback": None}, "unreadable": []}
     """
 
     @staticmethod
     def default() -> Status:
         return {"now": None, "container": None, "watchdog": {"live": None, "starts": None, "unreadable": []}, "log": [],
                 "memory": GpuMemory.default(), "links": NetLinks.default(),
-                "rdma": RdmaDevices.default(), "api": None, "unreadable": []}
+                "rdma": RdmaDevices.default(), "api": None, "records": {"served": None, "rollback": None}, "unreadable": []}
 
-    def command(self, programs: str, rail_ip: str, port: int, state_file: str, log_lines: int,
+    def command(self, programs: str, rail_ip: str, port: int, state_file: str, log_lines: int, stack_dir: str,
                 api: dict | None = None) -> StringCommand:
         background = {
             "container": container_command(),
@@ -72,11 +74,12 @@ class ServingStatus(FactBase[Status]):
                                               "--key-file", QuoteString(api["key_file"]), "--timeout", "10", "--metrics",
                                               "2>/dev/null")
         return combined({"now": StringCommand("date", "-u", "+%Y-%m-%dT%H:%M:%SZ"), "links": NetLinks().command(),
-                         "rdma": RdmaDevices().command()}, background)
+                         "rdma": RdmaDevices().command(), **record_sections(stack_dir)}, background)
 
     def process(self, output: list[str]) -> Status:
         sections = split(output)
         container, unreadable = container_reading(sections.get("container", []))
+        records, bad = records_reading(sections)
         now = [line.strip() for line in sections.get("now", []) if line.strip()]
         return {
             "now": now[-1] if now else None,
@@ -87,7 +90,8 @@ class ServingStatus(FactBase[Status]):
             "links": NetLinks().process(sections.get("links", [])),
             "rdma": RdmaDevices().process(sections.get("rdma", [])),
             "api": api_reading(sections.get("api")),
-            "unreadable": sections[""] + unreadable,
+            "records": records,
+            "unreadable": sections[""] + unreadable + bad,
         }
 
 

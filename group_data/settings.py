@@ -20,6 +20,7 @@ speculative_options = {}  # more keys of --speculative-config, e.g. {"prompt_loo
 generation_config = {"temperature": 0.0, "top_p": 1.0}  # request defaults (--override-generation-config): greedy
 vllm_extra_args = []  # more `vllm serve` flags, on both nodes
 serving_ready_timeout = 1800  # seconds the deploy waits for the first generated token
+rollback_on_failure = True  # no first token after a change: every node returns to the state that served; false: left for debugging
 serving_env = {
     "NCCL_NET": "IB",
     "NCCL_IB_DISABLE": "0",

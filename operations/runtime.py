@@ -166,18 +166,18 @@ def from_upstream(sender: Node, user: str, command: StringCommand, stdin: str | 
     return on_node(sender.rail_data, user, "w " + shlex.quote(command.get_raw_value()) + (f" < {shlex.quote(stdin)}" if stdin else ""))
 
 
-def at_once(jobs: list[tuple[str, str]], what: str) -> StringCommand:
+def at_once(jobs: list[tuple[str, str]], what: str, then: str = "") -> StringCommand:
     """Shell that runs each job (a node's name, the shell that does ``what`` for it) at the same
     time, in the background, each one's output kept apart; then waits for each and prints its
     output, every line under its node's name, after a line naming the node when it failed; and
-    fails when any did, naming them all."""
+    fails when any did, naming them all (and saying ``then``: what happens next)."""
     script = ['d="$(mktemp -d)" || exit 1; failed=;']
     script += [f'( {body} ) >"$d/{i}" 2>&1 & p{i}=$!;' for i, (_, body) in enumerate(jobs)]
     for i, (name, _) in enumerate(jobs):
         script.append(f'wait "$p{i}" || {{ failed="$failed {name}"; echo {shlex.quote(f"{what} failed on {name}:")} >&2; }}; '
                       f'sed {shlex.quote(f"s/^/{name}: /")} "$d/{i}" >&2;')
     script.append(f'rm -rf "$d"; [ -z "$failed" ] || {{ echo {shlex.quote(f"{what} failed on:")}"$failed"'
-                  f'{shlex.quote(" (tested again there next run; each node that passed is recorded)")} >&2; exit 1; }}')
+                  f'{shlex.quote(then)} >&2; exit 1; }}')
     return StringCommand("sh", "-c", QuoteString(" ".join(script)))
 
 
@@ -257,7 +257,7 @@ def runtime_image(image_name: str, image: Image, user: str, state_dir: str, cont
         (node.hostname, on_node(node.rail_data, user, remote).get_raw_value())
         for node in cluster.workers if node in receivers or node in unsmoked]
     if tests:
-        yield at_once(tests, f"the smoke test of {tag} (import vllm)")
+        yield at_once(tests, f"the smoke test of {tag} (import vllm)", " (tested again there next run; each node that passed is recorded)")
     if not receivers and not unsmoked and smoked(mine, mine["id"]) and None not in theirs:
         host.noop(f"{tag} ({mine['id'][:19]}) on {every_node(cluster)}, smoke-tested")
 

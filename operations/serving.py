@@ -28,7 +28,9 @@ from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, pa
 from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from operations.readings import read
+from operations.records import cluster_state, described, on_every_node, record, restore, state_of
 from operations.render import render, show_diff
+from operations.runtime import streamed
 from operations.status import cluster_status
 from programs import digest
 
@@ -276,15 +278,15 @@ def read_cluster(stacks: list[StackSettings], step: str) -> list[dict | None]:
     return [found[settings.hostname] for settings in stacks]
 
 
-def cluster_stacks(stacks: list[StackSettings], readings: list[dict | None]) -> tuple[Stack, bool]:
-    """This node's desired stack, and whether every node runs its own. Every stack names the
-    model of the head's manifest: new weights restart the cluster."""
+def cluster_stacks(stacks: list[StackSettings], readings: list[dict | None]) -> tuple[list[Stack | None], bool]:
+    """Every node's desired stack (None for a node not read), and whether every node runs its
+    own. Every stack names the model of the head's manifest: new weights restart the cluster."""
     mine = readings[own(stacks).rank]
     model = (readings[0] or mine)["model_digest"]
     wanted = [desired(settings, gid_index(settings, reading), model) if reading is not None else None
               for settings, reading in zip(stacks, readings)]
     everywhere = all(stack is not None and in_place(stack, reading) for stack, reading in zip(wanted, readings))
-    return wanted[own(stacks).rank], everywhere
+    return wanted, everywhere
 
 
 def heads_divided(settings: StackSettings) -> None:
@@ -398,26 +400,93 @@ def head_stopped_for_change(stacks: list[StackSettings]):
     yield compose(settings.stack_dir, "stop")
 
 
+def probe(settings: StackSettings, wait: int) -> StringCommand:
+    """The head's one-token probe through the API, waiting up to ``wait`` seconds, and no longer
+    once a start of the head's vLLM has failed (its backoff record says so)."""
+    return StringCommand("python3", QuoteString(settings.programs), "health", "--url",
+                         QuoteString(f"http://{settings.api_host}:{settings.api_port}"), "--key-file", QuoteString(settings.api_key_file),
+                         "--wait", str(int(wait)), "--starts", QuoteString(f"{settings.restarts_dir}/head-starts"))
+
+
+def recording(stacks: list[StackSettings], states: list[dict]) -> StringCommand:
+    """Every node's stack recorded as the state that serves, each with its ``states`` entry
+    (operations/records.py)."""
+    return on_every_node(stacks, [record(settings.stack_dir, values) for settings, values in zip(stacks, states)],
+                         "recording the state that serves")
+
+
+def way_back(stacks: list[StackSettings], readings: list[dict], cluster: str, name: str) -> tuple[list[StringCommand] | None, str]:
+    """The commands that return every node to its record ``name`` (the head stopped first, the
+    workers started fresh, then the head) and a line naming that state; or None and why there is
+    no way back."""
+    records = [reading["records"][name] for reading in readings]
+    missing = [settings.hostname for settings, found in zip(stacks, records) if found is None]
+    if missing:
+        return None, f"no state that served before is recorded on {', '.join(missing)}"
+    if len({found["cluster"] for found in records}) != 1:
+        return None, "the nodes' records of the state that served before disagree (a node was out of the run that recorded it)"
+    if records[0]["cluster"] == cluster:
+        return None, "it is the state recorded as the one that served"
+    head, workers = stacks[0], stacks[1:]
+    return [compose(head.stack_dir, "stop"), on_every_node(workers, [restore(worker, name) for worker in workers], "the rollback"),
+            StringCommand("sh", "-c", QuoteString(restore(head, name)))], described(records[0])
+
+
+def served_or_rolled_back(state, host, probe: StringCommand, what: str, node_names: list[str], recorded: StringCommand,
+                          back: list[StringCommand] | None, back_what: str) -> bool:
+    """Wait for the first token; once it comes, record the state that serves. When none comes,
+    run ``back`` (the state that served before, on every node) and wait for it in turn; the step
+    fails either way, saying what failed and where the cluster is."""
+    if first_token(state, host, probe, what, node_names):
+        return streamed(state, host, recorded)
+    if back is None:
+        host.log(f"{what}: not rolled back: {back_what}", logger.error)
+        return False
+    host.log(f"{what} failed: rolling every node back to the state that served before it: {back_what}", logger.warning)
+    for command in back:
+        if not streamed(state, host, command):
+            host.log("the rollback failed at the step above: nothing serves. Fix: see the errors above, then run the deploy again",
+                     logger.error)
+            return False
+    if first_token(state, host, probe, f"rolled back to {back_what}", node_names):
+        host.log(f"{what} generated no token, so every node was rolled back, and serves again: {back_what}. Why it failed: the "
+                 "status table and log lines above. The site still names the change: the next run tries it again. To leave a failed "
+                 "change in place for debugging: --data rollback_on_failure=false", logger.error)
+    return False
+
+
+def recorded_if_serving(state, host, probe: StringCommand, recorded: StringCommand) -> bool:
+    """Record the state in place as the one that serves, if the head generates a token now."""
+    ok, _ = host.run_shell_command(probe, _sudo=True)
+    if not ok:
+        host.log("the stacks are in place but the head generates no token now: the state is recorded by a later run", logger.warning)
+        return True
+    return streamed(state, host, recorded)
+
+
 @operation()
-def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int):
+def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollback: bool):
     """
     Install this node's stack when it changed and start it when any node's is not in place:
     every worker fresh (``--force-recreate``), the head after them, and then the head waits until
-    a token is generated through the API. The head's API key is made on the first run (a random
-    token, in a file only the deploy user reads; it never leaves the head). A tensor parallel the
-    model's attention heads do not divide, or a speculative key the image's vLLM lacks, is refused
-    before anything is installed.
+    a token is generated through the API, and records on every node the state that serves
+    (operations/records.py). When no token comes, every node returns to the state that served
+    before (``rollback``), and the step fails saying why. The head's API key is made on the first
+    run (a random token, in a file only the deploy user reads; it never leaves the head). A tensor
+    parallel the model's attention heads do not divide, or a speculative key the image's vLLM
+    lacks, is refused before anything is installed.
 
     + role: the nodes this step starts ("worker" or "head")
     + stacks: every node's stack settings (``stack_settings``), in rank order
     + ready_timeout: seconds the head waits for the first token
+    + rollback: return to the state that served before when no token comes
 
     **Example:**
 
     .. code:: python
 
         stack_up(role="worker", stacks=[stack_settings(cluster, node.hostname) for node in cluster.nodes],
-                 ready_timeout=1800)
+                 ready_timeout=1800, rollback=True)
     """
     if not acts_here(role):
         return
@@ -426,7 +495,8 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int):
     image_supports(settings)
     readings = read_cluster(stacks, "starting the serving cluster")
     mine = readings[settings.rank]
-    stack, everywhere = cluster_stacks(stacks, readings)
+    wanted, everywhere = cluster_stacks(stacks, readings)
+    stack = wanted[settings.rank]
     head = settings.role == "head"
     files_ok = mine["compose"] == stack.compose.splitlines() and mine["launch"] == stack.launch.splitlines()
     if not files_ok:  # before any other command: pyinfra's check for a change (--dry) stops at the first one
@@ -437,15 +507,22 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int):
                             ">", key, "&&", "chown", QuoteString(f"{settings.deploy_user}:"), key)
     if None in readings:
         return  # a node started without all the others waits at the rendezvous for ever: the next run starts them
+    cluster = cluster_state([found.hash for found in wanted])
+    states = [state_of(node, found.hash, cluster, readings[0]["model_digest"]) for node, found in zip(stacks, wanted)]
     if everywhere:
+        if head and any(reading["records"]["served"] is None or reading["records"]["served"]["cluster"] != cluster
+                        for reading in readings):
+            host.log("will record on every node the state in place as the one that serves (the way back for the next change), "
+                     "once the head generates a token", logger.info)
+            yield FunctionCommand(recorded_if_serving, (probe(settings, 30), recording(stacks, states)), {})
+            return
         host.noop(f"the {settings.role} serves profile {settings.profile_name} (stack {stack.hash})")
         return
     # a start the deploy makes is no crash loop: it owes no backoff (the watchdog's record of failed starts)
     yield StringCommand("rm", "-f", QuoteString(f"{settings.restarts_dir}/{settings.role}-starts"))
     yield compose(settings.stack_dir, "up", "-d", "--force-recreate", "--remove-orphans")
     if head:
-        url = f"http://{settings.api_host}:{settings.api_port}"
-        probe = StringCommand("python3", QuoteString(settings.programs), "health", "--url", QuoteString(url), "--key-file",
-                              QuoteString(settings.api_key_file), "--wait", str(int(ready_timeout)))
-        yield FunctionCommand(first_token, (probe, f"serving {settings.model.served_name} (profile {settings.profile_name})",
-                                            [node.hostname for node in stacks]), {})
+        back, back_what = way_back(stacks, readings, cluster, "served") if rollback else (None, "rollback_on_failure is false")
+        yield FunctionCommand(served_or_rolled_back, (
+            probe(settings, ready_timeout), f"serving {settings.model.served_name} (profile {settings.profile_name})",
+            [node.hostname for node in stacks], recording(stacks, states), back, back_what), {})

@@ -1,6 +1,8 @@
 """Serving: the compose stacks of every node for the active profile, brought up in the order
 multi-node vLLM needs (the head stops first, fresh workers start, then the head), and only when
-something changed. Ends when the API on the head generates a token.
+something changed. Ends when the API on the head generates a token, recording on every node the
+state that serves; when none comes, every node returns to the state that served before (unless
+rollback_on_failure is false) and the run fails saying why.
 
     pyinfra inventory.py tasks/serving.py      # the stacks alone, on converged nodes
 """
@@ -22,9 +24,11 @@ head_stopped_for_change(
 stack_up(
     name=f"Start every worker's stack ({ranks}, headless), fresh if the cluster changed (profile {cluster.profile_name})",
     role="worker", stacks=stacks, ready_timeout=cluster.settings.serving_ready_timeout,
+    rollback=cluster.settings.rollback_on_failure,
 )
 
 stack_up(
     name=f"Start the head's stack (rank 0, the API; {parallel}) and wait for its first token (profile {cluster.profile_name})",
     role="head", stacks=stacks, ready_timeout=cluster.settings.serving_ready_timeout,
+    rollback=cluster.settings.rollback_on_failure,
 )

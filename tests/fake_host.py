@@ -92,6 +92,13 @@ class FakeInventory:
         return self.hosts[name]
 
 
+def argument_text(argument):
+    """A callback's argument as a fixture holds it: commands (also in a list) as their text."""
+    if isinstance(argument, list):
+        return [argument_text(item) for item in argument]
+    return command_text(argument) if isinstance(argument, StringCommand) else argument
+
+
 def command_text(command) -> str | list:
     if isinstance(command, str):
         return command.strip()
@@ -106,8 +113,7 @@ def command_text(command) -> str | list:
             source = f"<{len(source)} bytes, sha256 {hashlib.sha256(source).hexdigest()}>"
         return ["upload", source, command.dest]
     if isinstance(command, FunctionCommand):
-        return ["function", command.function.__name__, *(command_text(arg) if isinstance(arg, StringCommand) else arg
-                                                         for arg in command.args)]
+        return ["function", command.function.__name__, *(argument_text(arg) for arg in command.args)]
     raise TypeError(f"{command!r} is not a pyinfra command")
 
 

@@ -21,8 +21,9 @@ from tests.test_operations import FIXTURES
 
 PROJECT = {name for name, _ in facts_of_this_project()}
 # What an operation reads of a node outside the plan: only as a change is shown (a program's old
-# text), while the changes execute (a callback's status), in verification, and the plan's own reading.
-ALONE = {"host_prep.ArchiveFiles", "status.ServingStatus", "verify.Readiness", "node.NodeState"}
+# text, a rollback's record files), while the changes execute (a callback's status), in verification,
+# and the plan's own reading.
+ALONE = {"host_prep.ArchiveFiles", "serving.RecordFiles", "status.ServingStatus", "verify.Readiness", "node.NodeState"}
 
 
 def planned(case: dict, name: str) -> set[str]:

@@ -17,6 +17,10 @@ def cluster(size: int):
 
 
 SESSION = "9f2c41d0" + "0" * 24
+MODEL = {"repo": "org/model", "revision": "ab" * 20}
+SERVED = {"cluster": "c1", "stack": "9d2e", "profile": "adaptive", "image": "dual-spark/x:1", "image_id": "sha256:" + "5e" * 32,
+          "model": MODEL, "model_digest": "e8" * 6, "since": "2026-11-29T20:03:40Z"}
+BEFORE = {**SERVED, "cluster": "c0", "stack": "77aa", "profile": "fast", "since": "2026-11-28T10:00:00Z"}
 LOG = ["RuntimeError: NCCL error: unhandled system error", "Engine core initialization failed."]
 
 
@@ -32,6 +36,7 @@ def reading(role: str, state: str = "running", health: str = "healthy", live: di
                       "exit_code": 0 if state == "running" else 137, "finished": "2026-11-29T23:14:58.1Z"},
         "watchdog": ok(live=live, starts={"failed_starts": 0, "healthy": True}),
         "log": LOG, "memory": base["memory"], "links": base["links"], "rdma": base["rdma"], "unreadable": [],
+        "records": {"served": SERVED, "rollback": BEFORE},
         "api": ({"ok": True, "model": "tiny", "max_model_len": 512, "error": None,
                  "metrics": {"spec": {"drafts": 400, "draft_tokens": 1200, "accepted": 750}, "running": 1, "waiting": 0}}
                 if role == "head" else None),
@@ -144,3 +149,21 @@ def test_a_worker_of_four_in_an_old_session_fails_alone():
     found = rows(reading("head"), reading("worker"), reading("worker"), old)
     assert found["spark-4", "watchdog"].status == FAIL and "but the head runs 9f2c41d0" in found["spark-4", "watchdog"].detail
     assert [node for (node, item), check in found.items() if check.status != PASS] == ["spark-4"]
+
+
+def test_status_names_the_state_that_serves_and_the_one_a_rollback_returns_to():
+    found = rows(reading("head"), reading("worker"))
+    assert found["spark-head", "serving state"].detail == (
+        f"profile adaptive, image dual-spark/x:1, model org/model@{'ab' * 6}, serving since 2026-11-29T20:03:40Z (sha256:5e5e5e5e5e5e)")
+    back = found["spark-head", "rollback state"]
+    assert back.status == PASS and back.detail.startswith("profile fast,") and "since 2026-11-28T10:00:00Z" in back.detail
+    assert back.detail.endswith("`pyinfra inventory.py tasks/rollback.py` returns to it")
+    assert ("spark-worker", "serving state") not in found
+
+    left = rows(reading("head", records={"served": SERVED, "rollback": BEFORE},
+                        container={**reading("head")["container"], "stack": "dead"}), reading("worker"))
+    assert left["spark-head", "serving state"].status == WARN and "runs stack dead, not the one recorded" in left["spark-head", "serving state"].detail
+    assert left["spark-head", "rollback state"].detail.startswith("profile adaptive,")  # back to the state that served last
+
+    none = rows(reading("head", records={"served": None, "rollback": None}), reading("worker"))
+    assert none["spark-head", "serving state"].status == WARN and none["spark-head", "rollback state"].detail == "none recorded yet"

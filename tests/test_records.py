@@ -1,0 +1,114 @@
+"""The records of the states that served (operations/records.py), run by a real shell on real
+directories: what `record` keeps and moves, what `restore` installs and starts, and that both
+refuse a stack directory the deploy did not claim. Docker is a script on PATH that answers
+`image inspect` and logs every call: the e2e tests run the real one."""
+
+import dataclasses
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from layout import MANAGED_MARKER
+from operations.records import cluster_state, described, record, restore, state_of
+from operations.serving import stack_settings
+from site_config import load_site
+
+SITE = Path(__file__).parent / "sites" / "pair.toml"
+IMAGE_ID = "sha256:" + "5e" * 32
+
+
+@pytest.fixture
+def node(tmp_path):
+    """The head's stack settings with its stack and state directories in tmp_path, the stack
+    directory claimed and holding a stack; docker on PATH."""
+    stack_dir, restarts = tmp_path / "stack", tmp_path / "serving"
+    stack_dir.mkdir()
+    restarts.mkdir()
+    (stack_dir / MANAGED_MARKER).touch()
+    (stack_dir / "compose.yaml").write_text("stack A\n")
+    (stack_dir / "launch.sh").write_text("#!/bin/sh\nA\n")
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "docker").write_text(f'#!/bin/sh\necho "$@" >> {tmp_path}/docker.log\n'
+                                    f'[ "$1 $2" = "image inspect" ] && echo {IMAGE_ID}\nexit 0\n')
+    (bin_dir / "docker").chmod(0o755)
+    settings = stack_settings(load_site(SITE), "spark-head")
+    return dataclasses.replace(settings, stack_dir=str(stack_dir), restarts_dir=str(restarts)), tmp_path
+
+
+def run(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
+    return subprocess.run(["sh", "-c", script], capture_output=True, text=True,
+                          env={"PATH": f"{tmp_path}/bin:/usr/bin:/bin"})
+
+
+def values(settings, stack: str) -> dict:
+    return state_of(settings, stack, cluster_state([stack, "worker-" + stack]), "e8" * 32)
+
+
+def test_a_state_that_serves_is_recorded_once_and_the_one_before_becomes_the_rollback(node):
+    settings, tmp_path = node
+    stack_dir = Path(settings.stack_dir)
+    assert run(record(settings.stack_dir, values(settings, "aaaa")), tmp_path).returncode == 0
+    served = json.loads((stack_dir / "served/state.json").read_text())
+    assert served["stack"] == "aaaa" and served["image_id"] == IMAGE_ID and served["profile"] == settings.profile_name
+    assert served["model_digest"] == "e8" * 6 and served["since"].endswith("Z")
+    assert (stack_dir / "served/compose.yaml").read_text() == "stack A\n"
+    assert not (stack_dir / "rollback").exists()
+
+    before = (stack_dir / "served/state.json").stat().st_mtime_ns
+    (stack_dir / "compose.yaml").write_text("stack A, edited after\n")
+    assert run(record(settings.stack_dir, values(settings, "aaaa")), tmp_path).returncode == 0
+    assert (stack_dir / "served/state.json").stat().st_mtime_ns == before  # the same state: nothing moves
+    assert (stack_dir / "served/compose.yaml").read_text() == "stack A\n"
+
+    (stack_dir / "compose.yaml").write_text("stack B\n")
+    assert run(record(settings.stack_dir, values(settings, "bbbb")), tmp_path).returncode == 0
+    assert json.loads((stack_dir / "served/state.json").read_text())["stack"] == "bbbb"
+    assert (stack_dir / "served/compose.yaml").read_text() == "stack B\n"
+    assert json.loads((stack_dir / "rollback/state.json").read_text())["stack"] == "aaaa"
+    assert (stack_dir / "rollback/compose.yaml").read_text() == "stack A\n"
+
+
+def test_restore_installs_a_record_keeps_what_it_replaces_and_starts_it_owing_no_backoff(node):
+    settings, tmp_path = node
+    stack_dir = Path(settings.stack_dir)
+    run(record(settings.stack_dir, values(settings, "aaaa")), tmp_path)
+    (stack_dir / "compose.yaml").write_text("stack B\n")
+    (stack_dir / "launch.sh").write_text("#!/bin/sh\nB\n")
+    starts = Path(settings.restarts_dir) / "head-starts"
+    starts.write_text('{"failed_starts": 3, "healthy": false}')
+
+    done = run(restore(settings, "served"), tmp_path)
+    assert done.returncode == 0, done.stderr
+    assert (stack_dir / "compose.yaml").read_text() == "stack A\n"
+    assert (stack_dir / "launch.sh").read_text() == "#!/bin/sh\nA\n" and (stack_dir / "launch.sh").stat().st_mode & 0o777 == 0o755
+    assert (stack_dir / "compose.yaml.previous").read_text() == "stack B\n"
+    assert not starts.exists()
+    calls = (tmp_path / "docker.log").read_text().splitlines()
+    assert calls[-1] == f"compose --project-directory {stack_dir} -f {stack_dir}/compose.yaml up -d --force-recreate --remove-orphans"
+
+
+def test_restore_without_the_record_changes_nothing(node):
+    settings, tmp_path = node
+    done = run(restore(settings, "rollback"), tmp_path)
+    assert done.returncode != 0
+    assert (Path(settings.stack_dir) / "compose.yaml").read_text() == "stack A\n"
+    assert not (tmp_path / "docker.log").exists()
+
+
+@pytest.mark.parametrize("script", [lambda s: record(s.stack_dir, values(s, "aaaa")), lambda s: restore(s, "served")])
+def test_a_stack_directory_the_deploy_did_not_claim_is_refused(node, script):
+    settings, tmp_path = node
+    (Path(settings.stack_dir) / MANAGED_MARKER).unlink()
+    done = run(script(settings), tmp_path)
+    assert done.returncode != 0 and "is not a directory the deploy claimed" in done.stderr
+    assert sorted(p.name for p in Path(settings.stack_dir).iterdir()) == ["compose.yaml", "launch.sh"]
+
+
+def test_a_record_names_its_state_in_one_line():
+    line = described({"profile": "fast", "image": "dual-spark/x:1", "model": {"repo": "org/m", "revision": "a" * 40},
+                      "since": "2026-12-01T10:00:00Z"})
+    assert line == f"profile fast, image dual-spark/x:1, model org/m@{'a' * 12}, serving since 2026-12-01T10:00:00Z"
+    assert described({"profile": "p", "image": "i", "model": {"path": "/srv/m"}}) == "profile p, image i, model /srv/m"
