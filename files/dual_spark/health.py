@@ -107,7 +107,8 @@ def main(argv: list[str], prog: str) -> None:
         if reading["ok"] or time.monotonic() - started >= args.wait:
             break
         if args.starts and failed_start(args.starts):
-            reading["error"] = f"vLLM exited before it served, and Docker started it again ({reading['error']})"
+            reading["error"] = (f"the head's vLLM ended before it served (it failed, or its watchdog ended it for a worker "
+                                f"that failed), and Docker started it again ({reading['error']})")
             break
         time.sleep(2)
     reading["seconds"] = round(time.monotonic() - started, 1)

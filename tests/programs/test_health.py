@@ -97,7 +97,8 @@ def test_a_wait_ends_once_the_side_has_failed_a_start(api, tmp_path):
     result = subprocess.run(command, capture_output=True, text=True, timeout=30)
     reading = json.loads(result.stdout)
     assert result.returncode == 1 and reading["seconds"] < 5
-    assert reading["error"].startswith("vLLM exited before it served, and Docker started it again (/v1/models answered 401")
+    assert reading["error"].startswith("the head's vLLM ended before it served (")
+    assert reading["error"].endswith("and Docker started it again (/v1/models answered 401: the API key is not the one on the head)")
     for record in ({"failed_starts": 0, "healthy": False}, {"failed_starts": 0, "healthy": True}):
         starts.write_text(json.dumps(record))
         assert not health.failed_start(starts)
