@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import time
 from dataclasses import dataclass
 from io import StringIO
 
@@ -35,6 +36,7 @@ from operations.status import cluster_status
 from programs import digest
 
 STAGING = f"{RUN_DIR}/stack-check"
+PROBE_SLICE = 10  # seconds of each wait for the first token between two readings of the nodes' backoff records
 FILES = ("compose.yaml", "launch.sh")
 # A profile's keys that vLLM's --speculative-config takes as these SpeculativeConfig fields, only
 # when the profile sets them (the image must have the field: image_supports).
@@ -348,21 +350,47 @@ def install(stack: Stack, reading: dict, stack_dir: str):
     yield StringCommand("rm", "-rf", STAGING)
 
 
-def first_token(state, host, probe: StringCommand, what: str, node_names: list[str]) -> bool:
-    """Run the health probe until the head generates a token. When none comes, the step fails
-    saying why: the status table of every node (tasks/status.py's: the failing side's rows show
-    the last lines of its container's log), then which rows fail."""
-    ok, output = host.run_shell_command(probe, _sudo=True)
+def failed_starts(state, starts: list[tuple[str, str]]) -> list[str]:
+    """The nodes whose backoff record (``starts``: each node's name and record, watchdog.py's)
+    says a start ended without serving: vLLM exited, or its watchdog ended it, before it served."""
+    failed = []
+    for name, path in starts:
+        _, output = state.inventory.get_host(name).run_shell_command(StringCommand("cat", QuoteString(path), "2>/dev/null"), _sudo=True)
+        try:
+            record = json.loads("\n".join(output.stdout_lines) or "{}")
+        except ValueError:
+            continue
+        if isinstance(record, dict) and not record.get("healthy", True) and record.get("failed_starts", 0) >= 1:
+            failed.append(name)
+    return failed
+
+
+def first_token(state, host, probe: StringCommand, wait: int, what: str, node_names: list[str], backoff: list[tuple[str, str]]) -> bool:
+    """Run the health probe until the head generates a token, for ``wait`` seconds at most and no
+    longer once a node's vLLM has ended before it served (its backoff record says so, read
+    between probes of PROBE_SLICE seconds). When none comes, the step fails saying why: the
+    status table of every node (tasks/status.py's: the failing side's rows show the last lines
+    of its container's log), then which rows fail."""
+    started = time.monotonic()
+    while True:
+        left = int(wait - (time.monotonic() - started))
+        ok, output = host.run_shell_command(StringCommand(probe, "--wait", str(max(0, min(PROBE_SLICE, left)))), _sudo=True)
+        waited = time.monotonic() - started
+        if ok:
+            host.log(f"{what}: first token after {waited:.1f} s", logger.info)
+            return True
+        failed = failed_starts(state, backoff)
+        if failed or waited >= wait:
+            break
     reading = api_reading(output.stdout_lines)
-    if ok:
-        host.log(f"{what}: first token after {reading.get('seconds')} s", logger.info)
-        return True
+    error = reading["error"]
+    if failed:
+        error = f"vLLM ended before it served on {', '.join(failed)}, and Docker started it again; the probe: {error}"
     for line in output.stderr_lines[-10:]:
         host.log(line, logger.error)
     checks = cluster_status([state.inventory.get_host(name) for name in node_names])
     click.echo(table.render(checks, "status"))
-    waited = f" after {reading['seconds']} s" if "seconds" in reading else ""
-    host.log(f"{what}: no token{waited} ({reading['error']}); failing: {table.failure_summary(checks) or 'no row of the status'}",
+    host.log(f"{what}: no token after {waited:.1f} s ({error}); failing: {table.failure_summary(checks) or 'no row of the status'}",
              logger.error)
     return False
 
@@ -400,12 +428,15 @@ def head_stopped_for_change(stacks: list[StackSettings]):
     yield compose(settings.stack_dir, "stop")
 
 
-def probe(settings: StackSettings, wait: int) -> StringCommand:
-    """The head's one-token probe through the API, waiting up to ``wait`` seconds, and no longer
-    once a start of the head's vLLM has failed (its backoff record says so)."""
+def probe(settings: StackSettings) -> StringCommand:
+    """The head's one-token probe through the API (its --wait is the caller's)."""
     return StringCommand("python3", QuoteString(settings.programs), "health", "--url",
-                         QuoteString(f"http://{settings.api_host}:{settings.api_port}"), "--key-file", QuoteString(settings.api_key_file),
-                         "--wait", str(int(wait)), "--starts", QuoteString(f"{settings.restarts_dir}/head-starts"))
+                         QuoteString(f"http://{settings.api_host}:{settings.api_port}"), "--key-file", QuoteString(settings.api_key_file))
+
+
+def starts(stacks: list[StackSettings]) -> list[tuple[str, str]]:
+    """Every node's name and backoff record (watchdog.py's), for ``first_token``."""
+    return [(settings.hostname, f"{settings.restarts_dir}/{settings.role}-starts") for settings in stacks]
 
 
 def recording(stacks: list[StackSettings], states: list[dict]) -> StringCommand:
@@ -432,12 +463,12 @@ def way_back(stacks: list[StackSettings], readings: list[dict], cluster: str, na
             StringCommand("sh", "-c", QuoteString(restore(head, name)))], described(records[0])
 
 
-def served_or_rolled_back(state, host, probe: StringCommand, what: str, node_names: list[str], recorded: StringCommand,
-                          back: list[StringCommand] | None, back_what: str) -> bool:
+def served_or_rolled_back(state, host, probe: StringCommand, wait: int, what: str, node_names: list[str], backoff: list[tuple[str, str]],
+                          recorded: StringCommand, back: list[StringCommand] | None, back_what: str) -> bool:
     """Wait for the first token; once it comes, record the state that serves. When none comes,
     run ``back`` (the state that served before, on every node) and wait for it in turn; the step
     fails either way, saying what failed and where the cluster is."""
-    if first_token(state, host, probe, what, node_names):
+    if first_token(state, host, probe, wait, what, node_names, backoff):
         return streamed(state, host, recorded)
     if back is None:
         host.log(f"{what}: not rolled back: {back_what}", logger.error)
@@ -448,7 +479,7 @@ def served_or_rolled_back(state, host, probe: StringCommand, what: str, node_nam
             host.log("the rollback failed at the step above: nothing serves. Fix: see the errors above, then run the deploy again",
                      logger.error)
             return False
-    if first_token(state, host, probe, f"rolled back to {back_what}", node_names):
+    if first_token(state, host, probe, wait, f"rolled back to {back_what}", node_names, backoff):
         host.log(f"{what} generated no token, so every node was rolled back, and serves again: {back_what}. Why it failed: the "
                  "status table and log lines above. The site still names the change: the next run tries it again. To leave a failed "
                  "change in place for debugging: --data rollback_on_failure=false", logger.error)
@@ -457,7 +488,7 @@ def served_or_rolled_back(state, host, probe: StringCommand, what: str, node_nam
 
 def recorded_if_serving(state, host, probe: StringCommand, recorded: StringCommand) -> bool:
     """Record the state in place as the one that serves, if the head generates a token now."""
-    ok, _ = host.run_shell_command(probe, _sudo=True)
+    ok, _ = host.run_shell_command(StringCommand(probe, "--wait", "30"), _sudo=True)
     if not ok:
         host.log("the stacks are in place but the head generates no token now: the state is recorded by a later run", logger.warning)
         return True
@@ -514,7 +545,7 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
                         for reading in readings):
             host.log("will record on every node the state in place as the one that serves (the way back for the next change), "
                      "once the head generates a token", logger.info)
-            yield FunctionCommand(recorded_if_serving, (probe(settings, 30), recording(stacks, states)), {})
+            yield FunctionCommand(recorded_if_serving, (probe(settings), recording(stacks, states)), {})
             return
         host.noop(f"the {settings.role} serves profile {settings.profile_name} (stack {stack.hash})")
         return
@@ -524,5 +555,5 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
     if head:
         back, back_what = way_back(stacks, readings, cluster, "served") if rollback else (None, "rollback_on_failure is false")
         yield FunctionCommand(served_or_rolled_back, (
-            probe(settings, ready_timeout), f"serving {settings.model.served_name} (profile {settings.profile_name})",
-            [node.hostname for node in stacks], recording(stacks, states), back, back_what), {})
+            probe(settings), int(ready_timeout), f"serving {settings.model.served_name} (profile {settings.profile_name})",
+            [node.hostname for node in stacks], starts(stacks), recording(stacks, states), back, back_what), {})

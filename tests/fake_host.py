@@ -93,8 +93,9 @@ class FakeInventory:
 
 
 def argument_text(argument):
-    """A callback's argument as a fixture holds it: commands (also in a list) as their text."""
-    if isinstance(argument, list):
+    """A callback's argument as a fixture holds it: commands (also in a list) as their text, a
+    tuple as a list."""
+    if isinstance(argument, (list, tuple)):
         return [argument_text(item) for item in argument]
     return command_text(argument) if isinstance(argument, StringCommand) else argument
 

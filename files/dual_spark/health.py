@@ -2,11 +2,9 @@
 answers 200 for minutes after a worker died, so only a generated token proves every rank
 works. Prints one JSON line (never the key); exits 0 when a token came back. With --metrics it
 also reads vLLM's /metrics: the speculative-decoding counters since the start (None where the
-profile does not speculate) and the requests running and waiting. With --starts (the side's
-backoff record, watchdog.py's) a wait ends as soon as a start has failed: vLLM exited before it
-served, and Docker started it again.
+profile does not speculate) and the requests running and waiting.
 
-    health --url http://127.0.0.1:8888 --key-file FILE [--wait SECONDS] [--starts FILE] [--timeout SECONDS] [--metrics]
+    health --url http://127.0.0.1:8888 --key-file FILE [--wait SECONDS] [--timeout SECONDS] [--metrics]
 """
 
 from __future__ import annotations
@@ -82,21 +80,11 @@ def metrics(url: str, timeout: float) -> dict | None:
             **{key: int(found[key]) if key in found else None for key in GAUGES.values()}}
 
 
-def failed_start(path: Path) -> bool:
-    """The backoff record says a start ended without serving (watchdog.py's ``backoff``)."""
-    try:
-        record = json.loads(path.read_text())
-        return not record.get("healthy") and record.get("failed_starts", 0) >= 1
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def main(argv: list[str], prog: str) -> None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:8888")
     parser.add_argument("--key-file", type=Path, required=True)
     parser.add_argument("--wait", type=float, default=0, help="keep trying this many seconds")
-    parser.add_argument("--starts", type=Path, help="the side's backoff record: stop waiting once a start failed")
     parser.add_argument("--timeout", type=float, default=30, help="seconds for each request")
     parser.add_argument("--metrics", action="store_true", help="also read /metrics")
     args = parser.parse_args(argv)
@@ -105,10 +93,6 @@ def main(argv: list[str], prog: str) -> None:
     while True:
         reading = probe(args.url.rstrip("/"), key, args.timeout)
         if reading["ok"] or time.monotonic() - started >= args.wait:
-            break
-        if args.starts and failed_start(args.starts):
-            reading["error"] = (f"the head's vLLM ended before it served (it failed, or its watchdog ended it for a worker "
-                                f"that failed), and Docker started it again ({reading['error']})")
             break
         time.sleep(2)
     reading["seconds"] = round(time.monotonic() - started, 1)

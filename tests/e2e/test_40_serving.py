@@ -1,6 +1,7 @@
 """Serving on the lab, for real: the two nodes' Docker engines run the head and worker stacks,
 a two-node tensor-parallel vLLM on the CPU over the lab's rail; the API on the head's loopback
-behind its key; profile switches restart worker then head and change what is served."""
+behind its key; profile switches restart worker then head and change what is served;
+tasks/rollback.py returns to the state before, and a change that gives no token is rolled back."""
 
 import json
 import re
@@ -17,14 +18,14 @@ from bench.remote import head_of, read_secret
 from lab.config import HEAD, LAB_DIR, WORKER
 from lab.processes import in_node
 from site_config import load_site
-from tests.e2e.conftest import REPO, SITE, pyinfra
+from tests.e2e.conftest import RECOVERED, REPO, SITE, pyinfra
 
 pytestmark = pytest.mark.end_to_end
 OUTPUTS: list[str] = []  # every output of this module's runs, searched for the key at the end
 
 
-def run(*args, task="deploy.py") -> subprocess.CompletedProcess:
-    result = pyinfra(*args, task=task)
+def run(*args, task="deploy.py", site=SITE) -> subprocess.CompletedProcess:
+    result = pyinfra(*args, task=task, site=site)
     OUTPUTS.append(result.stdout)
     return result
 
@@ -138,12 +139,76 @@ def test_switching_to_fast_restarts_worker_then_head_and_serves_one_at_a_time(ap
     assert running_at_once(url, key) == 1  # fast: max_num_seqs 1
 
 
-def test_switching_back_restores_the_default(api):
+def state(node) -> dict | None:
+    """The state a node records as serving (operations/records.py), None without one."""
+    path = node.root / "etc/dual-spark/served/state.json"
+    return json.loads(path.read_text()) if path.exists() else None
+
+
+def test_rollback_returns_to_the_state_before_the_switch(api):
+    """tasks/rollback.py after a change that served (the switch to fast): --dry shows each node's
+    stack diff and touches nothing; the run returns both nodes to adaptive, the site's own state,
+    so that a deploy then changes nothing; the state it left is now the one to return to."""
     url, key = api
-    result = run("-y", task="tasks/profile.py")
+    assert state(HEAD)["profile"] == state(WORKER)["profile"] == "fast"
+    before = {node.role: container(node) for node in (HEAD, WORKER)}
+    dry = run("--dry", task="tasks/rollback.py")
+    assert dry.returncode == 0, dry.stdout
+    assert "Will modify spark-worker:/etc/dual-spark/launch.sh" in dry.stdout and "Will modify spark-head:/etc/dual-spark/compose.yaml" in dry.stdout
+    assert re.search(r"^\s*-\s+--max-num-seqs 1 ", dry.stdout, re.M) and re.search(r"^\s*\+\s+--max-num-seqs 4 ", dry.stdout, re.M)
+    assert {node.role: container(node) for node in (HEAD, WORKER)} == before
+    result = run("-y", task="tasks/rollback.py")
     assert result.returncode == 0, result.stdout
-    assert container(HEAD)["profile"] == container(WORKER)["profile"] == "adaptive"
+    assert "will return every node to profile adaptive" in result.stdout, result.stdout
+    head, worker = container(HEAD), container(WORKER)
+    assert head["profile"] == worker["profile"] == "adaptive" and worker["started"] < head["started"]
     assert running_at_once(url, key) > 1
+    assert state(HEAD)["profile"] == "adaptive" and state(HEAD)["image_id"].startswith("sha256:")
+    after = {node.role: container(node) for node in (HEAD, WORKER)}
+    status = run("-y", task="tasks/status.py")
+    assert re.search(r"spark-head\s+serving state\s+PASS\s+profile adaptive, image dual-spark/lab-cpu:", status.stdout), status.stdout
+    assert re.search(r"spark-head\s+rollback state\s+PASS\s+profile fast, ", status.stdout), status.stdout
+    again = run("-y", task="tasks/profile.py")
+    assert again.returncode == 0 and re.search(r"Grand total\s+\d+\s+-\s+-\s+\d+", again.stdout), again.stdout
+    assert {node.role: container(node) for node in (HEAD, WORKER)} == after
+
+
+FAILING = {  # a change -> the site tables that make it, and what vLLM or the run says of it
+    "a profile whose window does not fit": (
+        '[profile.too-long]\nbase = "adaptive"\nmax_model_len = 131072\n', "too-long", "max_model_len"),
+    "an image whose vLLM exits": (
+        '[image.lab-cpu-exits]\nbuild = "{build}"\nkv_cache_dtypes = ["auto"]\npython = "python3"\nvllm = "false"\n'
+        '[profile.exits]\nbase = "adaptive"\nimage = "lab-cpu-exits"\n', "exits", "ended before it served"),
+}
+
+
+@pytest.mark.parametrize("change", FAILING)
+def test_a_change_that_does_not_serve_is_rolled_back(api, tmp_path, change):
+    """The change starts, gives no token (vLLM exits), and every node returns to the state that
+    served (adaptive): the run fails saying what failed and that the pair serves again; the next
+    deploy (the site's own profile) changes nothing."""
+    url, key = api
+    tables, profile, reason = FAILING[change]
+    build = load_site(SITE).images["lab-cpu"].build
+    site = tmp_path / "site.toml"
+    site.write_text(SITE.read_text() + "\n" + tables.format(build=build))
+    served = state(HEAD)
+    started = time.monotonic()
+    result = run("-y", "--data", f"profile={profile}", task="tasks/profile.py", site=site)
+    RECOVERED[f"{change}: the run, failed and rolled back"] = time.monotonic() - started
+    assert result.returncode != 0, result.stdout
+    assert re.search(rf"serving tiny \(profile {profile}\): no token after [\d.]+ s", result.stdout), result.stdout
+    assert reason in result.stdout, result.stdout
+    assert "rolling every node back to the state that served before it: profile adaptive" in result.stdout
+    assert re.search(r"rolled back to profile adaptive.*: first token after", result.stdout), result.stdout
+    assert "so every node was rolled back, and serves again" in result.stdout
+    assert container(HEAD)["profile"] == container(WORKER)["profile"] == "adaptive"
+    assert chat(url, key).status_code == 200
+    assert state(HEAD) == served  # the state that served is still the one recorded, since when it served
+    before = {node.role: container(node) for node in (HEAD, WORKER)}
+    again = run("-y", task="tasks/profile.py")
+    assert again.returncode == 0 and re.search(r"Grand total\s+\d+\s+-\s+-\s+\d+", again.stdout), again.stdout
+    assert {node.role: container(node) for node in (HEAD, WORKER)} == before
 
 
 @pytest.mark.parametrize("args, field", [

@@ -153,12 +153,15 @@ def restart_count(node) -> int:
 
 def test_a_failed_wait_for_the_first_token_names_the_side_and_the_head_is_not_called_unreachable(converged):
     """The worker cannot start (its model's config.json gone) when a run restarts the pair (a new
-    ready timeout): the head's wait fails naming the failing side with vLLM's reason from its log,
-    and verification, run by the worker, reads the head (it answers; a step failed there) instead
-    of calling it unreachable. Put right, the next deploy serves again."""
+    ready timeout), with rollback_on_failure off: the head's wait ends as soon as the head's
+    watchdog sees the worker restart, naming the failing side with vLLM's reason from its log,
+    and the pair is left as it failed; verification, run by the worker, reads the head (it
+    answers; a step failed there) instead of calling it unreachable. Put right, the next deploy
+    serves again."""
     in_node(WORKER.dir, "mv", MODEL_CONFIG, MODEL_CONFIG + ".aside")
     try:
-        result = subprocess.run([str(PYINFRA), "-y", "--data", "serving_ready_timeout=60", "inventory.py", "tasks/serving.py",
+        result = subprocess.run([str(PYINFRA), "-y", "--data", "serving_ready_timeout=60", "--data", "rollback_on_failure=false",
+                                 "inventory.py", "tasks/serving.py",
                                  "tasks/verify.py"], cwd=REPO, env=LAB_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.STDOUT, text=True, timeout=900)
     finally:
@@ -168,6 +171,7 @@ def test_a_failed_wait_for_the_first_token_names_the_side_and_the_head_is_not_ca
         result.stdout
     assert re.search(r"spark-worker\s+(vLLM container|watchdog)\s+FAIL", result.stdout), result.stdout
     assert re.search(r"\|\s.*config\.json", result.stdout), result.stdout  # vLLM's reason, from the worker's log
+    assert "not rolled back: rollback_on_failure is false" in result.stdout, result.stdout
     assert re.search(r"spark-head\s+steps of this run\s+FAIL\s+failed here: (tasks/serving.py \| )?Start the head's stack", result.stdout), result.stdout
     assert "no SSH answer" not in result.stdout
     result = pyinfra("-y")

@@ -84,22 +84,3 @@ def test_the_program_prints_one_line_without_the_key_and_says_by_its_exit(api, t
         assert result.returncode == code and key not in result.stdout
         reading = json.loads(result.stdout)
         assert reading["ok"] == (code == 0) and reading["metrics"]["running"] == 2
-
-
-def test_a_wait_ends_once_the_side_has_failed_a_start(api, tmp_path):
-    """The head's backoff record says a start ended without serving: the wait stops then, not at
-    its end; a record of a run that served, or of a first start still under way, does not stop it."""
-    url, _ = api
-    key_file, starts = tmp_path / "api-key", tmp_path / "head-starts"
-    key_file.write_text("another\n")  # this API never generates for it
-    command = [sys.executable, str(ARCHIVE), "health", "--url", url, "--key-file", str(key_file), "--wait", "600", "--starts", str(starts)]
-    starts.write_text(json.dumps({"failed_starts": 1, "healthy": False}))
-    result = subprocess.run(command, capture_output=True, text=True, timeout=30)
-    reading = json.loads(result.stdout)
-    assert result.returncode == 1 and reading["seconds"] < 5
-    assert reading["error"].startswith("the head's vLLM ended before it served (")
-    assert reading["error"].endswith("and Docker started it again (/v1/models answered 401: the API key is not the one on the head)")
-    for record in ({"failed_starts": 0, "healthy": False}, {"failed_starts": 0, "healthy": True}):
-        starts.write_text(json.dumps(record))
-        assert not health.failed_start(starts)
-    assert not health.failed_start(tmp_path / "none")
