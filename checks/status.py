@@ -154,14 +154,13 @@ def record_rows(name: str, head: dict) -> list[Check]:
     if served is None:
         return [Check(name, "serving state", WARN, "none recorded yet", "the next deploy records it once the head generates a token"),
                 Check(name, "rollback state", PASS, "none recorded yet")]
-    image = f" ({served['image_id'][:19]})" if served.get("image_id") else ""
     if served["stack"] == running:
         back = Check(name, "rollback state", PASS, f"{described(before)}: {rollback}" if before else
                      "none recorded yet: after a change that serves, tasks/rollback.py returns to the state before it")
-        return [Check(name, "serving state", PASS, described(served) + image), back]
+        return [Check(name, "serving state", PASS, described(served)), back]
     return [Check(name, "serving state", WARN, f"the head runs stack {running or 'none'}, not the one recorded as serving",
                   "a change is under way, or one failed and was left in place: the rollback state row says where tasks/rollback.py returns"),
-            Check(name, "rollback state", PASS, f"{described(served)}{image}: {rollback}")]
+            Check(name, "rollback state", PASS, f"{described(served)}: {rollback}")]
 
 
 def failing_side(head: dict, workers: dict[str, dict | None]) -> str:

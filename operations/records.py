@@ -72,8 +72,9 @@ def on_every_node(stacks: list, scripts: list[str], what: str):
 
 
 def described(values: dict) -> str:
-    """One line naming a recorded state: profile, image, model, since when."""
+    """One line naming a recorded state: profile, image (and its ID), model, since when."""
     model = values.get("model") or {}
     source = model.get("path") or f"{model.get('repo')}@{str(model.get('revision'))[:12]}"
+    image_id = f" ({values['image_id'][:19]})" if values.get("image_id") else ""
     since = f", serving since {values['since']}" if values.get("since") else ""
-    return f"profile {values.get('profile')}, image {values.get('image')}, model {source}{since}"
+    return f"profile {values.get('profile')}, image {values.get('image')}{image_id}, model {source}{since}"

@@ -108,7 +108,7 @@ def test_a_stack_directory_the_deploy_did_not_claim_is_refused(node, script):
 
 
 def test_a_record_names_its_state_in_one_line():
-    line = described({"profile": "fast", "image": "dual-spark/x:1", "model": {"repo": "org/m", "revision": "a" * 40},
-                      "since": "2026-12-01T10:00:00Z"})
-    assert line == f"profile fast, image dual-spark/x:1, model org/m@{'a' * 12}, serving since 2026-12-01T10:00:00Z"
+    line = described({"profile": "fast", "image": "dual-spark/x:1", "image_id": "sha256:" + "5e" * 32,
+                      "model": {"repo": "org/m", "revision": "a" * 40}, "since": "2026-12-01T10:00:00Z"})
+    assert line == f"profile fast, image dual-spark/x:1 (sha256:5e5e5e5e5e5e), model org/m@{'a' * 12}, serving since 2026-12-01T10:00:00Z"
     assert described({"profile": "p", "image": "i", "model": {"path": "/srv/m"}}) == "profile p, image i, model /srv/m"

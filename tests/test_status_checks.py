@@ -154,7 +154,7 @@ def test_a_worker_of_four_in_an_old_session_fails_alone():
 def test_status_names_the_state_that_serves_and_the_one_a_rollback_returns_to():
     found = rows(reading("head"), reading("worker"))
     assert found["spark-head", "serving state"].detail == (
-        f"profile adaptive, image dual-spark/x:1, model org/model@{'ab' * 6}, serving since 2026-11-29T20:03:40Z (sha256:5e5e5e5e5e5e)")
+        f"profile adaptive, image dual-spark/x:1 (sha256:5e5e5e5e5e5e), model org/model@{'ab' * 6}, serving since 2026-11-29T20:03:40Z")
     back = found["spark-head", "rollback state"]
     assert back.status == PASS and back.detail.startswith("profile fast,") and "since 2026-11-28T10:00:00Z" in back.detail
     assert back.detail.endswith("`pyinfra inventory.py tasks/rollback.py` returns to it")
