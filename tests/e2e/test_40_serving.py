@@ -245,7 +245,7 @@ def test_the_key_never_appears_in_any_output(serving):
     assert len(key) >= 32 and mode == "600"
     logs = [in_node(node.dir, "docker", "logs", "dual-spark-vllm", capture_output=True, check=False) for node in (HEAD, WORKER)]
     texts = OUTPUTS + [log.stdout + log.stderr for log in logs] + [
-        p.read_text(errors="replace") for p in (HEAD.root / "etc/dual-spark").iterdir()] + [
+        p.read_text(errors="replace") for p in (HEAD.root / "etc/dual-spark").rglob("*") if p.is_file()] + [
         (LAB_DIR / node.role / "dockerd.log").read_text(errors="replace") for node in (HEAD, WORKER)]
     inspect = in_node(HEAD.dir, "docker", "inspect", "dual-spark-vllm", capture_output=True).stdout
     assert len(texts) > 10
