@@ -4,11 +4,9 @@ container, when this side can no longer serve. What multi-node vLLM does when a 
 lab's trials):
 
 - a worker dies: the head's /health still answers 200 for minutes, and with more than one worker
-  a request waits on the dead rank's collective for minutes instead of failing; one that dies
-  while the head starts leaves the head waiting at the rendezvous for ever. So from the moment
-  launch.sh execs vLLM (past its waits for fresh workers) the head watches every worker's
-  watchdog: one that answers with another session (it restarted) or not at all WORKER_SILENCE
-  times in a row ends the head's vLLM at once. And the head generates one
+  a request waits on the dead rank's collective for minutes instead of failing. So the head
+  watches every worker's watchdog: one that answers with another session (it restarted) or not
+  at all WORKER_SILENCE times in a row ends the head's vLLM at once. And the head generates one
   token every --interval seconds, ending its vLLM after two failures in a row during which the
   engine did no work at all (a probe that waits behind a long prefill on a busy engine is not a
   failure: vLLM's token counters still move; with a dead rank they stop).
@@ -47,7 +45,6 @@ from pathlib import Path
 FAILURES_TO_RESTART = 2
 WORKER_SILENCE = 5  # unanswered polls of a worker's watchdog, about 3 s apart
 STOP_GRACE = 20
-LAUNCH_SCRIPT = b"launch.sh"  # in the command line of the container's main process until it execs vLLM
 
 
 def log(message: str) -> None:
@@ -165,19 +162,10 @@ def work_done(url: str) -> float | None:
     return total
 
 
-def vllm_started(pid: int) -> bool:
-    """The container's main process is vLLM: launch.sh has exec'd it, past its waits."""
-    try:
-        return LAUNCH_SCRIPT not in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
-        return False
-
-
 def watch_workers(args, serving: threading.Event) -> None:
-    """From vLLM's start on: end the head's vLLM when a worker restarted (its watchdog answers
-    with another session than at the start) or is gone (no answer WORKER_SILENCE times in a row)."""
-    while not (serving.is_set() or vllm_started(args.pid)):
-        time.sleep(args.worker_interval)
+    """From the first token on: end the head's vLLM when a worker restarted (its watchdog answers
+    with another session) or is gone (no answer WORKER_SILENCE times in a row)."""
+    serving.wait()
     sessions, silent = {}, dict.fromkeys(args.worker_ip, 0)
     while True:
         for address in args.worker_ip:
@@ -191,7 +179,7 @@ def watch_workers(args, serving: threading.Event) -> None:
             joined = sessions.setdefault(address, theirs["session"])
             if theirs["session"] != joined:
                 end(args.pid, f"the worker at {address} restarted (session {theirs['session'][:8]}, "
-                              f"it {'served' if serving.is_set() else 'was starting'} in {joined[:8]})")
+                              f"it served in {joined[:8]})")
         time.sleep(args.worker_interval)
 
 

@@ -153,8 +153,8 @@ def restart_count(node) -> int:
 
 def test_a_failed_wait_for_the_first_token_names_the_side_and_the_head_is_not_called_unreachable(converged):
     """The worker cannot start (its model's config.json gone) when a run restarts the pair (a new
-    ready timeout), with rollback_on_failure off: the head's wait ends as soon as the head's
-    watchdog sees the worker restart, naming the failing side with vLLM's reason from its log,
+    ready timeout), with rollback_on_failure off: the head's wait ends as soon as the worker's
+    backoff record says its start failed, naming the failing side with vLLM's reason from its log,
     and the pair is left as it failed; verification, run by the worker, reads the head (it
     answers; a step failed there) instead of calling it unreachable. Put right, the next deploy
     serves again."""

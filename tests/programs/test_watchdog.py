@@ -12,7 +12,6 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from pathlib import Path
 
 import pytest
 
@@ -281,43 +280,3 @@ def test_the_head_ends_vllm_at_once_when_a_worker_restarts_or_goes(vllm, tmp_pat
     finally:
         process.kill()
         workers[0].server.shutdown()
-
-
-def test_a_worker_that_restarts_while_the_head_starts_ends_the_heads_vllm_once_launch_sh_has_execd_it(tmp_path):
-    """Before launch.sh execs vLLM (it waits for fresh workers) a worker's new session is no
-    fault; after, with no token yet, it is: the head would wait at the rendezvous for ever."""
-    port = free_port()
-    worker = FakeWorker("127.0.0.2", port, "waiting")
-    api, key = FakeApi(), tmp_path / "key"
-    key.write_text("secret")
-    api.mode = "dead"  # vLLM is starting: no token yet
-    launch, go = tmp_path / "launch.sh", tmp_path / "go"
-    launch.write_text(f"while [ ! -e {go} ]; do sleep 0.05; done\nexec sleep 300\n")
-    main = subprocess.Popen(["sh", str(launch)])
-    process = watchdog("head", "--ip", "127.0.0.1", "--port", str(port), "--url", api.url, "--key-file", str(key),
-                       "--pid", str(main.pid), "--interval", "5", "--worker-interval", "0.1",
-                       "--state", str(tmp_path / "head-starts"), "--worker-ip", "127.0.0.2")
-
-    def polls(n: int) -> bool:
-        """n more polls of the worker by the head's watch."""
-        start = worker.asked
-        return wait_for(lambda: worker.asked >= start + n, 10)
-
-    try:
-        assert wait_for(lambda: (state_of(port) or {}).get("state") == "waiting")
-        worker.session = "e" * 32  # restarted while launch.sh waits: what wait-for-worker is for
-        time.sleep(0.5)  # five rounds of the watch, which looks at no worker yet
-        assert worker.asked == 0
-        assert main.poll() is None, "the head ended while launch.sh still waited for fresh workers"
-        go.touch()
-        assert wait_for(lambda: b"launch.sh" not in Path(f"/proc/{main.pid}/cmdline").read_bytes(), 10)
-        assert polls(3) and main.poll() is None  # the watch records the sessions of the start
-        worker.session = "f" * 32
-        assert wait_for(lambda: main.poll() is not None, 10), "the head kept waiting for a worker that restarted"
-        process.wait(timeout=10)
-        assert "the worker at 127.0.0.2 restarted (session ffffffff, it was starting in eeeeeeee)" in process.stderr.read()
-    finally:
-        process.kill()
-        main.kill()
-        main.wait()
-        worker.server.shutdown()
