@@ -26,6 +26,7 @@ from facts.node import NodeState
 from facts.runtime import ImageState, ModelState
 from facts.serving import ModelHeads, ServingState
 from facts.ssh_trust import SshTrust
+from facts.store import StoreState
 from layout import paths, smoke_marker, store_entry
 from operations.own import NAMES, Claim, deploy_directories, reading_paths
 
@@ -53,6 +54,7 @@ def step_readings(cluster: Cluster, name: str) -> list[tuple[type[FactBase], dic
         (ModelState, {"programs": where["programs"], "model_dir": model_dir, "manifest": where["manifest"],
                       "state": where["verified"], "user": user, "token_file": settings.hf_token_file}),
         (ModelHeads, {"model_dir": model_dir}),
+        (StoreState, {"model_dir": settings.model_dir, "stack_dir": settings.stack_dir}),
         (ServingState, {"stack_dir": settings.stack_dir, "key_file": where["api_key"], "model_record": where["manifest"]}),
     ]
     if cluster.logins_from(node):
