@@ -1,9 +1,11 @@
 """Serving on the lab, for real: the two nodes' Docker engines run the head and worker stacks,
 a two-node tensor-parallel vLLM on the CPU over the lab's rail; the API on the head's loopback
-behind its key; profile switches restart worker then head and change what is served."""
+behind its key; profile switches restart worker then head and change what is served; a new model
+revision is staged while the pair serves, then switched to with one restart."""
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -14,10 +16,12 @@ import pytest
 import requests
 
 from bench.remote import head_of, read_secret
-from lab.config import HEAD, LAB_DIR, WORKER
+from lab.config import HEAD, LAB_DIR, LAB_MODEL, WORKER
+from lab.hub import Hub
 from lab.processes import in_node
+from layout import store_entry
 from site_config import load_site
-from tests.e2e.conftest import REPO, SITE, pyinfra
+from tests.e2e.conftest import DOWNTIME, REPO, SITE, pyinfra, site_variant
 
 pytestmark = pytest.mark.end_to_end
 OUTPUTS: list[str] = []  # every output of this module's runs, searched for the key at the end
@@ -138,11 +142,110 @@ def test_switching_to_fast_restarts_worker_then_head_and_serves_one_at_a_time(ap
     assert running_at_once(url, key) == 1  # fast: max_num_seqs 1
 
 
+class Probe:
+    """A one-token chat through the API every half second, in the background: when each was
+    sent, and whether it was answered."""
+
+    def __init__(self, url: str, key: str):
+        self.url, self.key = url, key
+        self.results: list[tuple[float, bool]] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+
+    def __enter__(self) -> "Probe":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            sent = time.monotonic()
+            try:
+                answered = requests.post(f"{self.url}/v1/chat/completions", headers={"Authorization": f"Bearer {self.key}"},
+                                         json={"model": "tiny", "messages": [{"role": "user", "content": "spark"}], "max_tokens": 1},
+                                         timeout=10).status_code == 200
+            except requests.RequestException:
+                answered = False
+            self.results.append((sent, answered))
+            self.done.wait(max(0.0, sent + 0.5 - time.monotonic()))
+
+    def failed(self, start: float, end: float = float("inf")) -> list[float]:
+        return [sent for sent, answered in self.results if not answered and start <= sent <= end]
+
+    def downtime(self) -> float:
+        """From the last answer before the first failure to the first answer after the last."""
+        failed = self.failed(0)
+        before = max(sent for sent, answered in self.results if answered and sent < failed[0])
+        after = min(sent for sent, answered in self.results if answered and sent > failed[-1])
+        return after - before
+
+
+def model_label(node) -> str:
+    return in_node(node.dir, "docker", "inspect", "-f", '{{index .Config.Labels "dual-spark.model"}}', "dual-spark-vllm",
+                   capture_output=True).stdout.strip()
+
+
+def test_a_new_model_revision_is_staged_while_serving_then_switched_with_one_restart(api, tmp_path):
+    """A new revision of the served model published on the lab's hub (the tiny model and one
+    more file), while the pair serves profile fast: fetched, hashed and replicated into its own
+    directory of the store by the runtime step alone, a probe every half second answered
+    throughout; then the serving step switches both nodes, the downtime the restart alone
+    (printed). The old revision stays on disk (the stack before names it), and the next converge
+    changes nothing. The next test, the switch back to the default, restores the lab's model."""
+    url, key = api
+    published = tmp_path / "published"
+    shutil.copytree(HEAD.root / LAB_MODEL.lstrip("/"), published)
+    (published / "README.md").write_text("The tiny model again, one file more: a new revision.\n")
+    old = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL})
+    with Hub(published, repo="lab/tiny-llama-next") as hub:
+        new = store_entry("/var/lib/dual-spark/model", {"repo": hub.repo, "revision": hub.commit})
+        site = site_variant(tmp_path, model={"repo": hub.repo, "revision": hub.commit, "served_name": "tiny", "tokenizer_mode": "auto",
+                                             "tool_call_parser": "", "reasoning_parser": ""}, hf_endpoint=hub.endpoint)
+        before = {node.role: container(node) for node in (HEAD, WORKER)}
+        with Probe(url, key) as probe:
+            started = time.monotonic()
+            staged = pyinfra("-y", "--data", "profile=fast", task="tasks/runtime.py", site=site)
+            switching = time.monotonic()
+            switched = pyinfra("-y", "--data", "profile=fast", task="tasks/serving.py", site=site)
+            switched_at = time.monotonic()
+            while not [answered for sent, answered in probe.results if answered and sent > switched_at] and \
+                    time.monotonic() - switched_at < 30:
+                time.sleep(0.5)
+        OUTPUTS.extend([staged.stdout, switched.stdout])
+        assert staged.returncode == 0, staged.stdout
+        assert f"fetched {hub.repo}: commit {hub.commit}" in staged.stdout and "model replicated: bytes" in staged.stdout
+        assert not probe.failed(started, switching), probe.results  # no failure while staging
+        assert len([sent for sent, _ in probe.results if started <= sent <= switching]) >= 4
+        assert switched.returncode == 0, switched.stdout
+        assert probe.failed(switching, switched_at) and not probe.failed(0, switching)  # the restart, and only it
+        DOWNTIME["new model revision (restart)"] = probe.downtime()
+        print(f"new model revision: staged in {switching - started:.0f} s serving throughout; "
+              f"{probe.downtime():.1f} s without service at the switch")
+        digest = json.loads((HEAD.root / new.lstrip("/") / ".dual-spark-manifest.json").read_text())["digest"][:12]
+        for node in (HEAD, WORKER):
+            assert container(node)["started"] > before[node.role]["started"] and model_label(node) == digest
+            assert f"{new}:/model:ro" in (node.root / "etc/dual-spark/compose.yaml").read_text()
+            assert (node.root / new.lstrip("/") / "README.md").is_file()
+            assert (node.root / old.lstrip("/") / "model.safetensors").is_file()  # the old revision, whole, for a way back
+            assert f"{old}:/model:ro" in (node.root / "etc/dual-spark/compose.yaml.previous").read_text()
+        now = {node.role: container(node) for node in (HEAD, WORKER)}
+        again = pyinfra("-y", "--data", "profile=fast", site=site)
+        OUTPUTS.append(again.stdout)
+        assert again.returncode == 0, again.stdout
+        assert re.search(r"Grand total\s+\d+\s+-\s+-\s+\d+", again.stdout), again.stdout
+        assert {node.role: container(node) for node in (HEAD, WORKER)} == now
+
+
 def test_switching_back_restores_the_default(api):
     url, key = api
     result = run("-y", task="tasks/profile.py")
     assert result.returncode == 0, result.stdout
     assert container(HEAD)["profile"] == container(WORKER)["profile"] == "adaptive"
+    model = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL})  # and the lab's model, after the revision test's
+    assert all(f"{model}:/model:ro" in (node.root / "etc/dual-spark/compose.yaml").read_text() for node in (HEAD, WORKER))
     assert running_at_once(url, key) > 1
 
 
