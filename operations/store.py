@@ -14,6 +14,11 @@ from operations.own import CHECK
 from operations.peer import reachable, warn_unreachable
 from operations.readings import read
 
+# What the stack files named on each node when this run planned (change detection, --dry): the
+# run that follows keeps those too, so it removes only what its diff showed, whatever the stack
+# files it installs meanwhile (compose.yaml.previous moves on) no longer name.
+_planned: dict = {"state": None, "named": {}}
+
 
 @operation()
 def store_pruned(model_dir: str, stack_dir: str, keep: str):
@@ -22,7 +27,8 @@ def store_pruned(model_dir: str, stack_dir: str, keep: str):
     the deploy's marker and that no stack file (any ``compose.yaml*`` under ``stack_dir``: the
     stack, the one before it, rollback records) mounts at /model, and that is not ``keep``. A
     directory without the marker, a link, or a name the store does not give stays; so does every
-    directory while a stack file does not read. The command checks the marker again as it removes.
+    directory while a stack file does not read, and what the stack files named when the run
+    planned (its diff lists all it removes). The command checks the marker again as it removes.
 
     + model_dir: the model store
     + stack_dir: where the stack files are
@@ -46,6 +52,12 @@ def store_pruned(model_dir: str, stack_dir: str, keep: str):
         host.noop("the model store keeps every directory: a stack file does not read")
         return
     named = {posixpath.normpath(path) for path in reading["mounted"]} | {keep}
+    if _planned["state"] is not host.state:
+        _planned.update(state=host.state, named={})
+    if host.state.is_executing:
+        named |= _planned["named"].get(host.name, set())
+    else:
+        _planned["named"][host.name] = named
     unused = [f"{model_dir}/{name}" for name, ours in sorted(reading["entries"].items()) if ours and f"{model_dir}/{name}" not in named]
     if not unused:
         kept = sum(reading["entries"].values())
