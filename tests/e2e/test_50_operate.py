@@ -15,12 +15,13 @@ import pytest
 import requests
 
 from lab import faults, nodes
-from lab.config import HEAD, WORKER
+from lab.config import HEAD, LAB_MODEL, WORKER
 from lab.processes import in_node
+from layout import store_entry
 from tests.e2e.conftest import LAB_ENV, PYINFRA, RECOVERED, REPO, generates, pyinfra
 
 pytestmark = pytest.mark.end_to_end
-MODEL_CONFIG = "/var/lib/dual-spark/model/config.json"
+MODEL_CONFIG = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL}) + "/config.json"  # the served model's
 
 
 def status() -> subprocess.CompletedProcess:
