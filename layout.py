@@ -1,17 +1,22 @@
 """Where the deploy keeps things on a node and what it names them: paths under state_dir, the
 container, its labels, the compose project, the API key, the model directory's own files, the
-paths inside the container, and the SSH options of node-to-node commands. The programs that run
+paths inside the container, the model store's entries, and the SSH options of node-to-node commands. The programs that run
 on the nodes (files/dual_spark/) get what they need of it as a module written into their archive
 (programs.py); the serving templates cannot import it: tests/test_layout.py holds them to it."""
 
 from __future__ import annotations
+
+import hashlib
+import json
+import re
 
 COMPOSE_PROJECT = "dual-spark"
 CONTAINER = "dual-spark-vllm"
 LABELS = {key: f"dual-spark.{key}" for key in ("role", "profile", "model", "stack")}
 API_KEY = "api-key"  # the file in state_dir holding the API key
 MANAGED_MARKER = ".dual-spark-managed"  # in a model directory the deploy made (sync cleans only those)
-VERIFIED = ".dual-spark-verified.json"  # in a model directory: what was verified there
+MANIFEST = ".dual-spark-manifest.json"  # in a model directory on the head: its SHA-256 manifest
+VERIFIED = ".dual-spark-verified.json"  # in a model directory on a worker: what was verified there
 OWN_FILES = ".dual-spark-"  # the prefix of the deploy's own files in a model directory, never replicated
 RUN_DIR = "/run/dual-spark"  # staging, gone at a reboot
 # In stack_dir: the stack files of the last state that served (a first token came), and of the
@@ -40,12 +45,40 @@ SSH_OPTIONS = ssh_options()
 FABRIC_CIPHER = "aes128-gcm@openssh.com"  # node-to-node ssh over the fabric (the image stream, sync)
 
 
+# A directory of the model store: a readable slug of the source, then 12 hex digits of its hash.
+STORE_ENTRY = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,63}-[0-9a-f]{12}")
+
+
+def store_entry(store: str, source: dict) -> str:
+    """The directory of the model store (the site's model_dir) that holds one source (``Model.source``:
+    a hub repository at a revision, or a path): its slug readable (the repository and the revision's
+    first 12 characters, or the path's last name), in shell- and path-safe characters only; its
+    last 12 hex digits the SHA-256 of the source's canonical JSON, so two sources never share one.
+
+    .. code:: python
+
+        store_entry("/var/lib/dual-spark/model", {"repo": "lab/tiny-llama", "revision": "9c1e0f2a7b3d" + "0" * 28})
+        # "/var/lib/dual-spark/model/lab-tiny-llama-9c1e0f2a7b3d-832a99825131"
+    """
+    def safe(text: str, length: int) -> str:
+        return re.sub(r"[^A-Za-z0-9._]+", "-", text).lstrip("._-")[:length].rstrip("-")
+
+    if "repo" in source:
+        slug = "-".join(part for part in (safe(source["repo"], 38), safe(source["revision"], 12)) if part)
+    else:
+        slug = safe(source["path"].rstrip("/").rsplit("/", 1)[-1], 51)
+    slug = slug or "model"
+    digest = hashlib.sha256(json.dumps(source, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
+    return f"{store.rstrip('/')}/{slug}-{digest[:12]}"
+
+
 def paths(state_dir: str, model_dir: str) -> dict[str, str]:
-    """Where the deploy's files live on a node."""
+    """Where the deploy's files live on a node; the model's records in ``model_dir``, the store
+    entry of the model (``store_entry``)."""
     return {
         "programs": f"{state_dir}/bin/dual-spark.pyz",  # files/dual_spark as one zipapp (programs.py)
         "serving": f"{state_dir}/serving",  # the watchdogs' backoff records
-        "manifest": f"{state_dir}/model.manifest.json",
+        "manifest": f"{model_dir}/{MANIFEST}",
         "api_key": f"{state_dir}/{API_KEY}",
         "verified": f"{model_dir}/{VERIFIED}",
         "smoke": f"{state_dir}/runtime",

@@ -18,7 +18,7 @@ from bench.prompts import Prompt, PromptError, fit_prompt
 from bench.reference import ReferenceError, read_text
 from bench.remote import forward, head_of, read_secret, serving_identity
 from cluster import Cluster
-from layout import paths
+from layout import paths, store_entry
 
 
 @dataclass
@@ -90,7 +90,7 @@ def through_site(stack: ExitStack, cluster: Cluster, accept_new: bool) -> tuple[
     """The API of a site's head through an SSH tunnel: the local URL, the key (read on the head,
     never printed) and what it serves (profile, image ID, model revision, read on the head)."""
     settings = cluster.settings
-    where = paths(settings.state_dir, settings.model_dir)
+    where = paths(settings.state_dir, store_entry(settings.model_dir, cluster.model.source))
     client = stack.enter_context(head_of(cluster, accept_new))
     port = stack.enter_context(forward(client, settings.api_host, settings.api_port))
     key = read_secret(client, where["api_key"])

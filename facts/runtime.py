@@ -79,6 +79,7 @@ class Token(TypedDict):
 class Model(TypedDict):
     exists: bool
     free_bytes: int | None
+    bytes: int
     manifest: dict | None
     verified: str | None
     changed: list[str]
@@ -89,20 +90,20 @@ class Model(TypedDict):
 class ModelState(FactBase[Model]):
     """
     The model directory as `sync status` reads it without hashing: whether it exists, the free
-    space, the manifest (head) or the digest recorded as verified (worker), the files whose size
+    space (of the store where it does not), the bytes of the model's files it holds, the manifest (head) or the digest recorded as verified (worker), the files whose size
     or mtime moved since; and, given ``token_file``, what the deploy user sees there (stat run as
     that user, not following a link: mode, owner, kind; None where it sees nothing).
 
     .. code:: python
 
-        {"exists": True, "free_bytes": 3221225472000, "manifest": {"digest": "ab12...", "files": 52,
+        {"exists": True, "free_bytes": 3221225472000, "bytes": 166798331904, "manifest": {"digest": "ab12...", "files": 52,
          "bytes": 166798331904, "source": {"repo": "...", "revision": "..."}}, "verified": None,
          "changed": [], "token": {"mode": "600", "owner": "spark", "kind": "regular file"}, "unreadable": []}
     """
 
     @staticmethod
     def default() -> Model:
-        return {"exists": False, "free_bytes": None, "manifest": None, "verified": None, "changed": [],
+        return {"exists": False, "free_bytes": None, "bytes": 0, "manifest": None, "verified": None, "changed": [],
                 "token": None, "unreadable": []}
 
     def command(self, programs: str, model_dir: str, manifest: str, state: str, user: str, token_file: str | None = None) -> StringCommand:
@@ -123,7 +124,7 @@ class ModelState(FactBase[Model]):
         if lines:
             try:
                 status = json.loads(lines[-1])
-                reading.update({key: status[key] for key in ("exists", "free_bytes", "manifest", "verified", "changed")})
+                reading.update({key: status[key] for key in ("exists", "free_bytes", "bytes", "manifest", "verified", "changed")})
             except (ValueError, KeyError, TypeError):
                 unreadable += lines
         token = [line.strip() for line in sections.get("token", []) if line.strip()]

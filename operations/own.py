@@ -192,3 +192,14 @@ def claimed(path: str, field: str) -> StringCommand:
                          QuoteString(f"{field} {path} is not a directory the deploy claimed (a real directory holding "
                                      f"{MANAGED_MARKER}): run `pyinfra inventory.py tasks/runtime.py`, which makes and marks it"),
                          ";", "}")
+
+
+def entry_claimed(store: str, entry: str, user: str) -> StringCommand:
+    """Shell, after ``claimed(store, ...)`` (whose functions it uses), that goes on only if
+    ``entry``, a directory of the model store ``store``, is the deploy's: found real and marked,
+    or made there now by ``user`` and marked. Never a directory someone else made."""
+    quoted = QuoteString(entry)
+    make = f'mkdir -m 755 -- "$1" && echo {shlex.quote(MARKER_TEXT)} > "$1/{MANAGED_MARKER}"'
+    return StringCommand("{", "if", "[", "-e", quoted, "]", "||", "[", "-L", quoted, "];", "then", "real", quoted, "&&",
+                         "marked", quoted, "||", "no", QuoteString(not_ours(entry, "model_dir")), ";", "else", "sudo", "-n", "-u",
+                         QuoteString(user), "sh", "-c", QuoteString(make), "-", quoted, "||", "exit", "1;", "fi;", "}")

@@ -26,7 +26,8 @@ from facts.node import NodeState
 from facts.runtime import ImageState, ModelState
 from facts.serving import ModelHeads, ServingState
 from facts.ssh_trust import SshTrust
-from layout import paths, smoke_marker
+from facts.store import StoreState
+from layout import paths, smoke_marker, store_entry
 from operations.own import NAMES, Claim, deploy_directories, reading_paths
 
 # node -> (taken while the changes execute, the greenlet reading it: {reading's key: its value})
@@ -37,7 +38,8 @@ def step_readings(cluster: Cluster, name: str) -> list[tuple[type[FactBase], dic
     """Every (fact, arguments) a step of tasks/ reads of the node ``name`` (as its task gives the
     arguments), whichever node's step reads it."""
     settings, user, node = cluster.settings, cluster.deploy_user, cluster.node(name)
-    where = paths(settings.state_dir, settings.model_dir)
+    model_dir = store_entry(settings.model_dir, cluster.model.source)
+    where = paths(settings.state_dir, model_dir)
     claims = [Claim(*entry) for entry in deploy_directories(settings, user)]
     readings = [
         (PackageStatus, {"packages": settings.host_packages}),
@@ -49,9 +51,10 @@ def step_readings(cluster: Cluster, name: str) -> list[tuple[type[FactBase], dic
         (SshTrust, {"user": user, "netdevs": []}),
         (ManagedPaths, {"files": [where["programs"]], "directories": reading_paths(claims), "names": NAMES}),
         (ImageState, {"tag": cluster.image.tag, "marker": smoke_marker(settings.state_dir, cluster.image.tag)}),
-        (ModelState, {"programs": where["programs"], "model_dir": settings.model_dir, "manifest": where["manifest"],
+        (ModelState, {"programs": where["programs"], "model_dir": model_dir, "manifest": where["manifest"],
                       "state": where["verified"], "user": user, "token_file": settings.hf_token_file}),
-        (ModelHeads, {"model_dir": settings.model_dir}),
+        (ModelHeads, {"model_dir": model_dir}),
+        (StoreState, {"model_dir": settings.model_dir, "stack_dir": settings.stack_dir}),
         (ServingState, {"stack_dir": settings.stack_dir, "key_file": where["api_key"], "model_record": where["manifest"]}),
     ]
     if cluster.logins_from(node):

@@ -19,8 +19,9 @@ from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, Quot
 
 from cluster import Cluster, Image, Model, Node
 from facts.runtime import ImageState, ModelState, token_fix, token_path, token_refusal
-from layout import FABRIC_CIPHER, IN_CONTAINER, OWN_FILES, SSH_OPTIONS, paths, smoke_marker
-from operations.own import claimed
+from files.dual_spark.room import short
+from layout import FABRIC_CIPHER, IN_CONTAINER, OWN_FILES, SSH_OPTIONS, paths, smoke_marker, store_entry
+from operations.own import claimed, entry_claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 
 PROGRESS_EVERY = 10  # seconds between the progress lines of a long step
@@ -266,18 +267,24 @@ def runtime_image(image_name: str, image: Image, user: str, state_dir: str, cont
 def model_on_every_node(model: Model, user: str, state_dir: str, model_dir: str, image: Image, hf_endpoint: str,
                         hf_token_file: str, container: dict, streams: int, verify_model: str):
     """
-    On the head: fetch the model once into ``model_dir`` (from the hub at the pinned revision,
-    inside the runtime image, or copied from a directory on the head) and write its SHA-256
-    manifest; then pass it down the chain of ranks: rank r copies to rank r+1 what r+1 lacks, over
-    every rail at once with parallel streams, checked chunk by chunk against the manifest there
-    and recorded as verified only when complete, before r+1 sends it on (from its verified copy,
-    with the head's manifest on its stdin). A re-run with every node matching (sizes and times
-    against the manifest and each worker's verified record) fetches, hashes and moves nothing;
-    ``verify_model="full"`` hashes every file on every node again. The head drives every hop.
+    On the head: fetch the model once into its own directory of the model store ``model_dir``
+    (``layout.store_entry``: one per source), beside the one the stacks serve, which stays as it
+    is (from the hub at the pinned revision, inside the runtime image, or copied from a directory
+    on the head); hash it into its manifest there; then pass it down the chain of ranks into the
+    same directory on each: rank r copies to rank r+1 what r+1 lacks, over every rail at once with
+    parallel streams, checked chunk by chunk against the manifest there and recorded as verified
+    only when complete, before r+1 sends it on (from its verified copy, with the head's manifest
+    on its stdin). Before a byte moves, the bytes each receiving node needs (the hub's sizes, the
+    source's, the manifest's; less what it has of this model) are compared with its free space:
+    a node short of room is refused, naming it and both numbers. A re-run with every node matching
+    (sizes and times against the manifest and each worker's verified record) fetches, hashes and
+    moves nothing; ``verify_model="full"`` hashes every file on every node again. The head drives
+    every hop.
 
     + model: the serving data's model (``repo`` and ``revision``, or ``path``)
-    + user: the deploy user (owns the model directories; SSH from node to node as this user)
-    + state_dir, model_dir: where the programs, the manifest and the model live (the same on every node)
+    + user: the deploy user (owns the model store and its directories; SSH from node to node as this user)
+    + state_dir: where the programs live
+    + model_dir: the model store (the same on every node)
     + image: the runtime image's spec (``tag``, ``python``): the hub fetch runs in it
     + hf_endpoint: the hub's URL
     + hf_token_file: the deploy user's hub token file on the head (only gated repositories need it)
@@ -298,41 +305,48 @@ def model_on_every_node(model: Model, user: str, state_dir: str, model_dir: str,
     if not hf_token_file.startswith("~/"):
         raise OperationError(f"{host.name}: hf_token_file = {hf_token_file}: name it as ~/<path>, a file in {user}'s home on the head")
     cluster: Cluster = host.data.cluster
-    where = paths(state_dir, model_dir)
     source = model.source
+    entry = store_entry(model_dir, source)
+    where = paths(state_dir, entry)
     full = verify_model == "full"
     head, *theirs = read_all(ModelState, [reachable(node.hostname) for node in cluster.workers], programs=where["programs"],
-                             model_dir=model_dir, manifest=where["manifest"], state=where["verified"], user=user,
+                             model_dir=entry, manifest=where["manifest"], state=where["verified"], user=user,
                              token_file=hf_token_file)
     readings = {node.hostname: reading for node, reading in zip(cluster.workers, theirs)}
     manifest = head["manifest"]
     same_source = manifest is not None and manifest["source"] == source
     head_done = same_source and not head["changed"] and not full
-    if not same_source:
-        if model.path:
-            host.log(f"will copy the model from {model.path} into {model_dir}, then hash it", logger.info)
-        else:
-            free = f"; {gib(head['free_bytes'])} free there" if head["free_bytes"] is not None else ""
-            host.log(f"will fetch {model.repo} at {model.revision[:12]} from the hub into {model_dir} (its size "
-                     f"shows once the hub answers{free}), then hash it", logger.info)
-            refusal = token_refusal(hf_token_file, user, head["token"])
-            if refusal:
-                raise OperationError(f"{host.name}: {refusal}: nothing was fetched")
-        yield fetch(model, user, where, model_dir, image, hf_endpoint, hf_token_file, container)
-    elif not head_done:
-        what = f"{manifest['files']} files, {gib(manifest['bytes'])}" if full else f"{len(head['changed'])} changed file(s)"
-        host.log(f"will hash {what} of the model", logger.info)
-    if not head_done:
-        hashing = ["python3", QuoteString(where["programs"]), "sync", "manifest", "--dir", QuoteString(model_dir),
-                   "--manifest", QuoteString(where["manifest"]), "--source", QuoteString(json.dumps(source, sort_keys=True)),
-                   "--progress", str(PROGRESS_EVERY)]
-        yield FunctionCommand(streamed, (StringCommand(*hashing, *(["--full"] if full else [])),), {})
 
     def done(node: Node, reading: dict) -> bool:
         """Verified against the head's manifest, and unchanged since."""
         return head_done and reading["verified"] == manifest["digest"] and not reading["changed"]
 
     receivers = down_the_chain(cluster, readings, done, "replicating the model")
+    receiving = ([(cluster.head, head)] if not same_source else []) + [(node, readings[node.hostname]) for node in receivers]
+    rooms = [room(node.hostname, reading) for node, reading in receiving if reading["free_bytes"] is not None]
+    if not same_source:
+        if model.path:
+            host.log(f"will copy the model from {model.path} into {entry}, then hash it", logger.info)
+        else:
+            free = f"; {gib(head['free_bytes'])} free there" if head["free_bytes"] is not None else ""
+            host.log(f"will fetch {model.repo} at {model.revision[:12]} from the hub into {entry} (its size "
+                     f"shows once the hub answers{free}), then hash it", logger.info)
+            refusal = token_refusal(hf_token_file, user, head["token"])
+            if refusal:
+                raise OperationError(f"{host.name}: {refusal}: nothing was fetched")
+        yield fetch(model, user, where, model_dir, entry, image, hf_endpoint, hf_token_file, container, rooms)
+    else:
+        refusal = short(manifest["bytes"], rooms, model_dir, "the model")
+        if refusal:
+            raise OperationError(refusal)
+        if not head_done:
+            what = f"{manifest['files']} files, {gib(manifest['bytes'])}" if full else f"{len(head['changed'])} changed file(s)"
+            host.log(f"will hash {what} of the model", logger.info)
+    if not head_done:
+        hashing = ["sudo", "-n", "-u", QuoteString(user), "python3", QuoteString(where["programs"]), "sync", "manifest",
+                   "--dir", QuoteString(entry), "--manifest", QuoteString(where["manifest"]),
+                   "--source", QuoteString(json.dumps(source, sort_keys=True)), "--progress", str(PROGRESS_EVERY)]
+        yield FunctionCommand(streamed, (StringCommand(*hashing, *(["--full"] if full else [])),), {})
     if not receivers:
         if head_done and None not in theirs:
             host.noop(f"the model is on {every_node(cluster)}, verified ({manifest['files']} files, "
@@ -344,30 +358,37 @@ def model_on_every_node(model: Model, user: str, state_dir: str, model_dir: str,
                  f" at most {manifest['files']} files, {gib(manifest['bytes'])} (what it has right already stays)", logger.info)
     for node in receivers:
         sender = cluster.upstream(node)
-        send = ["python3", QuoteString(where["programs"]), "sync", "send", "--dir", QuoteString(model_dir),
+        send = ["python3", QuoteString(where["programs"]), "sync", "send", "--dir", QuoteString(entry),
                 "--manifest", QuoteString(where["manifest"] if sender.rank == 0 else "-"),
                 "--peer", QuoteString(",".join(f"{user}@{address}" for address in node.fabric_addresses)),
                 "--local", QuoteString(",".join(sender.fabric_addresses)),
-                "--remote-dir", QuoteString(model_dir), "--remote-state", QuoteString(where["verified"]),
+                "--remote-dir", QuoteString(entry), "--remote-state", QuoteString(where["verified"]),
                 "--remote-script", QuoteString(where["programs"]), "--streams", str(int(streams)),
                 "--progress", str(PROGRESS_EVERY), *(["--full"] if full else [])]
         command = StringCommand("sudo", "-n", "-u", QuoteString(user), *send) if sender.rank == 0 else StringCommand(*send)
         yield FunctionCommand(streamed, (from_upstream(sender, user, command, stdin=where["manifest"]),), {})
 
 
-def fetch(model: Model, user: str, where: dict, model_dir: str, image: Image, hf_endpoint: str, hf_token_file: str,
-          container: dict) -> FunctionCommand:
-    """The model into model_dir, the deploy user's directory, claimed by the first step
-    (operations/own.py) and checked again here: a real directory holding the deploy's marker, or
-    nothing happens. From a directory on the head: copied by the deploy user (rsync under
-    sudo -u), which first checks, as that user, that the source holds a config.json: what it may
-    not read stays unread. From the hub: the fetch program in the runtime image (over Xet where the
-    hub serves a file through it, with FETCH_ENV), with the token file mounted only if the deploy
-    user finds there a regular file of its own (not a link; it makes it mode 600 itself); the
-    container writes as root, so model_dir is given back to the user afterwards, in the same
-    command."""
-    guard = claimed(model_dir, "model_dir")
+def room(name: str, reading: dict) -> str:
+    """A node's --room for the programs (files/dual_spark/room.py): its free bytes in the store,
+    the bytes it has of this model."""
+    return f"{name}={reading['free_bytes']}:{reading['bytes']}"
+
+
+def fetch(model: Model, user: str, where: dict, store: str, entry: str, image: Image, hf_endpoint: str, hf_token_file: str,
+          container: dict, rooms: list[str]) -> FunctionCommand:
+    """The model into its directory ``entry`` of the model store ``store`` (the deploy user's,
+    claimed by the first step, operations/own.py, and checked again here), made by the deploy user
+    and marked, or found marked: else nothing happens. Each node's room (``rooms``) is checked
+    first, against the source's size or the hub's sizes. From a directory on the head: copied by
+    the deploy user (rsync under sudo -u), which first checks, as that user, that the source holds
+    a config.json: what it may not read stays unread. From the hub: the fetch program in the
+    runtime image (over Xet where the hub serves a file through it, with FETCH_ENV), with the token
+    file mounted only if the deploy user finds there a regular file of its own (not a link; it
+    makes it mode 600 itself); the container writes as root, so the directory is given back to
+    the user afterwards, in the same command."""
     as_user = ["sudo", "-n", "-u", QuoteString(user)]
+    room_args = [arg for entry_room in rooms for arg in ("--room", QuoteString(entry_room))]
     if model.path:
         source = model.path.rstrip("/")
         readable = StringCommand(
@@ -375,10 +396,13 @@ def fetch(model: Model, user: str, where: dict, model_dir: str, image: Image, hf
             QuoteString(f"model.path = {model.path} is not a model directory {user} may read (no config.json there that "
                         f"{user} can read): nothing was copied. Fix: set model.path to the directory holding the config.json "
                         f"and the weights of the model, readable by {user}"), ";", "}")
+        fits = StringCommand(*as_user, "python3", QuoteString(where["programs"]), "sync", "room", "--source", QuoteString(source),
+                             "--store", QuoteString(store), "--what", QuoteString(f"the model in {model.path}"), *room_args)
         copy = [*as_user, "rsync", "-a", "--delete", "--exclude", QuoteString(f"/{OWN_FILES}*"), "--info=progress2",
-                "--no-inc-recursive", QuoteString(source + "/"), QuoteString(model_dir + "/")]
+                "--no-inc-recursive", QuoteString(source + "/"), QuoteString(entry + "/")]
         return FunctionCommand(streamed, (StringCommand(
-            guard, "&&", readable, "&&", "python3", QuoteString(where["programs"]), "progress", "run", "--what",
+            claimed(store, "model_dir"), "&&", readable, "&&", fits, "&&", entry_claimed(store, entry, user), "&&",
+            "python3", QuoteString(where["programs"]), "progress", "run", "--what",
             QuoteString(f"copying the model from {model.path}"), "--", *copy),), {})
     token = StringCommand(
         token_path(user, hf_token_file), "set", "--;", *as_user, "sh", "-c",
@@ -388,13 +412,14 @@ def fetch(model: Model, user: str, where: dict, model_dir: str, image: Image, hf
         QuoteString(token_fix(hf_token_file, user, f"a symbolic link, not a regular file, or not owned by {user}") + ": nothing was fetched"),
         ">&2;", "exit", "1;;", "esac;")
     command = StringCommand(
-        token, guard, "&&",
+        token, claimed(store, "model_dir"), "&&", entry_claimed(store, entry, user), "&&",
         "docker", "run", "--rm", "--network", "host", "-e", QuoteString(f"HF_ENDPOINT={hf_endpoint}"),
         *container_args(container, FETCH_ENV),
-        "-v", QuoteString(f"{model_dir}:/model"), "-v", QuoteString(f"{where['programs']}:{IN_CONTAINER['programs']}:ro"), '"$@"',
+        "-v", QuoteString(f"{entry}:/model"), "-v", QuoteString(f"{where['programs']}:{IN_CONTAINER['programs']}:ro"), '"$@"',
         "--entrypoint", QuoteString(image.python), QuoteString(image.tag), IN_CONTAINER["programs"], "fetch",
         "--repo", QuoteString(model.repo), "--revision", QuoteString(model.revision), "--dest", "/model",
+        "--store", QuoteString(store), *room_args,
         "--token-file", "/run/secrets/hf_token", "--progress", str(PROGRESS_EVERY),
-        "&&", "chown", "-R", QuoteString(f"{user}:"), QuoteString(model_dir),
+        "&&", "chown", "-R", QuoteString(f"{user}:"), QuoteString(entry),
     )
     return FunctionCommand(streamed, (command,), {})

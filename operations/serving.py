@@ -25,7 +25,7 @@ from facts.fabric import roce_v2_gid_index
 from facts.runtime import ImageState
 from facts.serving import ModelHeads, ServingState
 from facts.verify import api_reading
-from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, paths, smoke_marker
+from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, paths, smoke_marker, store_entry
 from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from operations.readings import read
@@ -134,7 +134,8 @@ class StackSettings:
 def stack_settings(cluster: Cluster, hostname: str) -> StackSettings:
     """One node's stack settings, from the cluster."""
     node, settings = cluster.node(hostname), cluster.settings
-    where = paths(settings.state_dir, settings.model_dir)
+    model_dir = store_entry(settings.model_dir, cluster.model.source)  # the model's own directory of the store
+    where = paths(settings.state_dir, model_dir)
     return StackSettings(
         hostname=hostname, rank=node.rank, role=node.role, nodes=cluster.size,
         tensor_parallel=cluster.tensor_parallel, pipeline_parallel=cluster.pipeline_parallel,
@@ -148,7 +149,7 @@ def stack_settings(cluster: Cluster, hostname: str) -> StackSettings:
         speculative_options=settings.speculative_options, generation_config=settings.generation_config,
         vllm_extra_args=settings.vllm_extra_args, serving_env=settings.serving_env,
         gpus=settings.container_gpus, devices=settings.container_devices, ulimits=settings.container_ulimits,
-        mounts=settings.container_mounts, container_env=settings.container_env, model_dir=settings.model_dir,
+        mounts=settings.container_mounts, container_env=settings.container_env, model_dir=model_dir,
         stack_dir=settings.stack_dir, api_key_file=where["api_key"],
         deploy_user=cluster.deploy_user, manifest=where["manifest"],
         smoke_marker=smoke_marker(settings.state_dir, cluster.image.tag),

@@ -15,7 +15,7 @@ from checks import FAIL, Check
 from checks.node import USERNS_KEY, earlier_step_failed, node_checks, unreachable
 from checks.table import failure_summary, render
 from facts.verify import Readiness, ping_targets, ssh_targets
-from layout import paths, smoke_marker
+from layout import paths, smoke_marker, store_entry
 from operations.peer import failed_step, reachable
 
 
@@ -33,10 +33,11 @@ def read_node(node) -> dict | None:
         return None
     cluster = node.data.cluster
     settings = cluster.settings
-    where = paths(settings.state_dir, settings.model_dir)
+    model_dir = store_entry(settings.model_dir, cluster.model.source)
+    where = paths(settings.state_dir, model_dir)
     tag = cluster.image.tag
     runtime = {"tag": tag, "marker": smoke_marker(settings.state_dir, tag), "programs": where["programs"],
-               "model_dir": settings.model_dir, "manifest": where["manifest"], "state": where["verified"]}
+               "model_dir": model_dir, "manifest": where["manifest"], "state": where["verified"]}
     serving = {"stack_dir": settings.stack_dir, "key_file": where["api_key"]}
     if cluster.node(node.name).role == "head":
         serving |= {"api_host": settings.api_host, "api_port": settings.api_port}

@@ -2,14 +2,17 @@
 multi-node vLLM needs (the head stops first, fresh workers start, then the head), and only when
 something changed. Ends when the API on the head generates a token, recording on every node the
 state that serves; when none comes, every node returns to the state that served before (unless
-rollback_on_failure is false) and the run fails saying why.
+rollback_on_failure is false) and the run fails saying why. Once the head serves, the model store
+keeps only what a stack file names (the stacks in place, and the recorded states').
 
     pyinfra inventory.py tasks/serving.py      # the stacks alone, on converged nodes
 """
 
 from pyinfra import host
 
+from layout import store_entry
 from operations.serving import head_stopped_for_change, stack_settings, stack_up
+from operations.store import store_pruned
 
 cluster = host.data.cluster
 stacks = [stack_settings(cluster, node.hostname) for node in cluster.nodes]
@@ -31,4 +34,10 @@ stack_up(
     name=f"Start the head's stack (rank 0, the API; {parallel}) and wait for its first token (profile {cluster.profile_name})",
     role="head", stacks=stacks, ready_timeout=cluster.settings.serving_ready_timeout,
     rollback=cluster.settings.rollback_on_failure,
+)
+
+store_pruned(
+    name="Remove the model store's directories that no stack file names (once the head serves)",
+    model_dir=cluster.settings.model_dir, stack_dir=cluster.settings.stack_dir,
+    keep=store_entry(cluster.settings.model_dir, cluster.model.source),
 )

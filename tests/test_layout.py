@@ -9,7 +9,7 @@ import pytest
 import yaml
 
 import layout
-from site_config import default_settings
+from site_config import default_settings, load_site
 
 REPO = Path(__file__).resolve().parents[1]
 PAIR = REPO / "tests/pair/expected"
@@ -23,7 +23,32 @@ def default_paths() -> dict:
 def test_the_deploys_own_files_share_a_prefix():
     """The model directory's own files all start with OWN_FILES: replication and claiming (sync)
     leave every file with that prefix alone."""
-    assert layout.MANAGED_MARKER.startswith(layout.OWN_FILES) and layout.VERIFIED.startswith(layout.OWN_FILES)
+    assert all(name.startswith(layout.OWN_FILES) for name in (layout.MANAGED_MARKER, layout.MANIFEST, layout.VERIFIED))
+
+
+@pytest.mark.parametrize("source", [
+    {"repo": "lab/tiny-llama", "revision": "9c1e0f2a7b3d" + "0" * 28}, {"repo": "lab/tiny-llama", "revision": "9c1e0f2a7b3d" + "1" * 28},
+    {"repo": "../../etc", "revision": "$(reboot); `x`"}, {"repo": "-rf /", "revision": "main\nmain"}, {"path": "/srv/models/dsv4"},
+    {"path": "/srv/models/dsv4/"}, {"path": "/srv/..."}, {"path": "/srv/model with spaces & 'quotes'"}, {"path": "/"},
+    {"repo": "o/" + "n" * 200, "revision": "r" * 40},
+])
+def test_a_store_entry_is_one_safe_name_per_source(source):
+    """One directory of the store per source, directly in it: a name of shell- and path-safe
+    characters, never hidden (the deploy's own files are) nor `..`, readable, and as the store
+    reads its entries (STORE_ENTRY); two sources that differ by a character never share it."""
+    entry = layout.store_entry("/var/lib/dual-spark/model", source)
+    directory, _, name = entry.rpartition("/")
+    assert directory == "/var/lib/dual-spark/model" and layout.STORE_ENTRY.fullmatch(name), entry
+    assert re.fullmatch(r"[A-Za-z0-9][A-Za-z0-9._-]*", name) and ".." not in name
+    assert layout.store_entry("/var/lib/dual-spark/model/", source) == entry
+    other = {key: value + "x" for key, value in source.items()}
+    assert layout.store_entry("/var/lib/dual-spark/model", other) != entry
+
+
+def test_a_store_entry_reads_as_its_source():
+    assert layout.store_entry("/m", {"repo": "lab/tiny-llama", "revision": "9c1e0f2a7b3d" + "0" * 28}).startswith(
+        "/m/lab-tiny-llama-9c1e0f2a7b3d-")
+    assert layout.store_entry("/m", {"path": "/srv/lab-models/big"}).startswith("/m/big-")
 
 
 def test_launch_script_calls_what_the_container_holds():
@@ -51,7 +76,8 @@ def test_rendered_stacks_use_the_names_and_mounts_of_layout(rendered):
     inside = layout.IN_CONTAINER
     assert mounts[where["programs"]] == inside["programs"]
     assert mounts[where["serving"]] == inside["state"] and mounts["./launch.sh"] == inside["launch"]
-    assert mounts[default_settings()["model_dir"]] == inside["model"]
+    model = load_site(REPO / "tests/pair/site.toml").model
+    assert mounts[layout.store_entry(default_settings()["model_dir"], model.source)] == inside["model"]  # its directory of the store
     assert service["entrypoint"] == [inside["launch"]]
     test = service["healthcheck"]["test"]
     assert test[test.index(inside["programs"]) + 1] == "watchdog"

@@ -56,7 +56,8 @@ def test_the_plan_names_the_managed_paths_the_task_reads():
         key(fact, planned_arguments) for fact, planned_arguments in step_readings(cluster, "spark-head")}
 
 
-STATE = {"stack_dir": "/etc/dual-spark", "key_file": "/var/lib/dual-spark/api-key", "model_record": "/var/lib/dual-spark/model.manifest.json"}
+STATE = {"stack_dir": "/etc/dual-spark", "key_file": "/var/lib/dual-spark/api-key",
+         "model_record": "/var/lib/dual-spark/model/drowzeys-DeepSeek-V4-Flash-DSpark-Abli-14c06b6db367-298b2bba0fa1/.dual-spark-manifest.json"}
 IDS = {"etc": "1" * 32, "dbus": None, "dbus_is_link": False, "hostname": "spark-head", "unreadable": []}
 SERVING = {"compose": None, "launch": None, "container": None, "rdma": {"devices": {}, "unreadable": []}, "api_key": False,
            "model_digest": None, "unreadable": []}

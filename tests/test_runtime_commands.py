@@ -12,6 +12,7 @@ import pytest
 
 import programs
 from cluster import Image, Model
+from layout import store_entry
 from operations import runtime
 from operations.runtime import fetch, paths
 from tests.fake_host import args_key, run_operation
@@ -71,10 +72,19 @@ def on_the_head(command, tmp_path: Path, home: Path, *stand_ins: str) -> tuple[s
 
 
 def claimed_dir(path: Path) -> Path:
-    """A model directory as the first step leaves it: made and marked."""
+    """A model store as the first step leaves it: made and marked."""
     path.mkdir(parents=True)
     (path / ".dual-spark-managed").write_text("the deploy's\n")
     return path
+
+
+ROOM = ["spark-head=1099511627776:0", "spark-worker=1099511627776:0"]  # a TiB free on each node, nothing of the model
+
+
+def hub_fetch(store: Path, token_file: str, container: dict = NO_CONTAINER):
+    """The fetch of HUB_MODEL into its directory of the store; the command, and that directory."""
+    entry = store_entry(str(store), HUB_MODEL.source)
+    return fetch(HUB_MODEL, "spark", paths("/s", entry), str(store), entry, IMAGE, "http://hub", token_file, container, ROOM).args[0], entry
 
 
 def test_a_hub_token_path_with_spaces_reaches_docker_as_one_argument(tmp_path):
@@ -83,26 +93,26 @@ def test_a_hub_token_path_with_spaces_reaches_docker_as_one_argument(tmp_path):
     token.parent.mkdir(parents=True)
     token.write_text("hf_secret")
     token.chmod(0o644)
-    model_dir = str(claimed_dir(tmp_path / "model dir"))
-    command = fetch(HUB_MODEL, "spark", paths("/s", model_dir), model_dir, IMAGE, "http://hub", "~/my tokens/hf token",
-                    NO_CONTAINER).args[0]
+    command, entry = hub_fetch(claimed_dir(tmp_path / "model dir"), "~/my tokens/hf token")
     result, calls = on_the_head(command, tmp_path, home, "docker", "chown")
     assert result.returncode == 0, result.stderr
-    assert [call[0] for call in calls] == ["sudo", "docker", "chown"]
+    assert [call[0] for call in calls] == ["sudo", "sudo", "docker", "chown"]
     assert calls[0][:4] == ["sudo", "-n", "-u", "spark"]  # the token is checked and made 600 by its user, not root
-    docker = calls[1]
+    assert calls[1][:6] == ["sudo", "-n", "-u", "spark", "sh", "-c"]  # the store's directory made by its user
+    assert Path(entry, ".dual-spark-managed").is_file()  # and marked
+    docker = calls[2]
     assert docker[docker.index(f"{token}:/run/secrets/hf_token:ro") - 1] == "-v"
-    assert f"{model_dir}:/model" in docker and "hf_secret" not in json.dumps(calls)
+    assert f"{entry}:/model" in docker and "hf_secret" not in json.dumps(calls)
+    assert docker[docker.index("--room") + 1] == ROOM[0] and docker[docker.index("--store") + 1] == str(tmp_path / "model dir")
     assert oct(token.stat().st_mode & 0o777) == "0o600"
-    assert calls[2] == ["chown", "-R", "spark:", model_dir]  # the container wrote as root: given back, in the same command
+    assert calls[3] == ["chown", "-R", "spark:", entry]  # the container wrote as root: given back, in the same command
 
 
 def test_without_a_token_file_docker_gets_no_token_mount(tmp_path):
-    model_dir = str(claimed_dir(tmp_path / "model"))
-    command = fetch(HUB_MODEL, "spark", paths("/s", model_dir), model_dir, IMAGE, "http://hub", "~/absent", NO_CONTAINER).args[0]
+    command, _ = hub_fetch(claimed_dir(tmp_path / "model"), "~/absent")
     result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
     assert result.returncode == 0, result.stderr
-    docker = calls[1]
+    docker = calls[2]
     assert not any("hf_token:ro" in arg for arg in docker) and docker[-3:] == ["/run/secrets/hf_token", "--progress", "10"]
 
 
@@ -115,13 +125,13 @@ def test_the_fetch_keeps_xet_out_of_the_model_directory_and_its_own_settings_fro
     """Xet is on (no HF_HUB_DISABLE_XET); its directory is the container's, not under /model, and
     its chunk cache is off. The site's container_env cannot move either (each name given once,
     the fetch's), and what else it sets applies: HF_HUB_DISABLE_XET=1 falls back to plain HTTP."""
-    model_dir = str(claimed_dir(tmp_path / "model"))
+    store = claimed_dir(tmp_path / "model")
     site = {"mounts": [], "env": {"HF_XET_CACHE": "/model/xet", "HF_HOME": "/cache/hf", "HF_HUB_DISABLE_XET": "1"}}
     for container, disabled in ((NO_CONTAINER, []), (site, ["HF_HUB_DISABLE_XET=1"])):
-        command = fetch(HUB_MODEL, "spark", paths("/s", model_dir), model_dir, IMAGE, "http://hub", "~/absent", container).args[0]
+        command, _ = hub_fetch(store, "~/absent", container)
         result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
         assert result.returncode == 0, result.stderr
-        env = env_of(calls[1])
+        env = env_of(next(call for call in calls if call[0] == "docker"))
         names = [item.partition("=")[0] for item in env]
         assert len(names) == len(set(names)), env
         assert "HF_XET_CACHE=/tmp/hf-xet" in env and "HF_XET_CHUNK_CACHE_SIZE_BYTES=0" in env
@@ -136,8 +146,7 @@ def test_a_token_that_is_a_link_is_refused_never_mounted_and_what_it_names_untou
     secret.chmod(0o640)
     (tmp_path / ".cache").mkdir()
     (tmp_path / ".cache" / "token").symlink_to(secret)
-    model_dir = str(claimed_dir(tmp_path / "model"))
-    command = fetch(HUB_MODEL, "spark", paths("/s", model_dir), model_dir, IMAGE, "http://hub", "~/.cache/token", NO_CONTAINER).args[0]
+    command, _ = hub_fetch(claimed_dir(tmp_path / "model"), "~/.cache/token")
     result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
     assert result.returncode == 1
     assert "hf_token_file = ~/.cache/token is a symbolic link, not a regular file, or not owned by spark" in result.stderr
@@ -151,8 +160,7 @@ def test_a_token_of_another_owner_is_refused(tmp_path):
     token = tmp_path / "token"
     token.write_text("hf_theirs")
     os.chown(token, 65534, 65534)
-    model_dir = str(claimed_dir(tmp_path / "model"))
-    command = fetch(HUB_MODEL, "spark", paths("/s", model_dir), model_dir, IMAGE, "http://hub", "~/token", NO_CONTAINER).args[0]
+    command, _ = hub_fetch(claimed_dir(tmp_path / "model"), "~/token")
     result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
     assert result.returncode == 1 and "hf_token_file = ~/token is a symbolic link, not a regular file, or not owned" in result.stderr
     assert [call[0] for call in calls] == ["sudo"] and oct(token.stat().st_mode & 0o777) == "0o644"
@@ -161,15 +169,24 @@ def test_a_token_of_another_owner_is_refused(tmp_path):
 def test_a_fetch_into_a_directory_the_deploy_did_not_claim_is_refused(tmp_path):
     model_dir = tmp_path / "theirs"
     model_dir.mkdir()
-    command = fetch(HUB_MODEL, "spark", paths("/s", str(model_dir)), str(model_dir), IMAGE, "http://hub", "~/absent",
-                    NO_CONTAINER).args[0]
+    command, _ = hub_fetch(model_dir, "~/absent")
     result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
     assert result.returncode == 1 and f"model_dir {model_dir} is not a directory the deploy claimed" in result.stderr
-    assert not [call for call in calls if call[0] in ("docker", "chown")]
+    assert not [call for call in calls if call[0] in ("docker", "chown")] and list(model_dir.iterdir()) == []
 
 
-def copying(tmp_path: Path, model_dir: Path, config: bool = True):
-    """The copy from a directory on the head, with the programs' archive this repository builds."""
+def test_a_fetch_into_a_store_directory_someone_else_made_is_refused(tmp_path):
+    store = claimed_dir(tmp_path / "model")
+    command, entry = hub_fetch(store, "~/absent")
+    Path(entry).mkdir()  # named as the store names its directories, but without the marker
+    result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
+    assert result.returncode == 1 and f"{entry} exists and is not the deploy's (no .dual-spark-managed)" in result.stderr
+    assert not [call for call in calls if call[0] in ("docker", "chown")] and list(Path(entry).iterdir()) == []
+
+
+def copying(tmp_path: Path, model_dir: Path, config: bool = True, rooms: list[str] = ROOM):
+    """The copy from a directory on the head into its directory of the store ``model_dir``, with
+    the programs' archive this repository builds."""
     source = tmp_path / "source"
     source.mkdir()
     (source / "model.safetensors").write_bytes(b"weights")
@@ -177,8 +194,10 @@ def copying(tmp_path: Path, model_dir: Path, config: bool = True):
         (source / "config.json").write_text("{}")
     archive = tmp_path / "dual-spark.pyz"
     archive.write_bytes(programs.built())
-    where = {**paths("/s", str(model_dir)), "programs": str(archive), "manifest": str(tmp_path / "manifest.json")}
-    return fetch(Model("x", "auto", path=str(source)), "spark", where, str(model_dir), IMAGE, "http://hub", "~/t", NO_CONTAINER).args[0]
+    entry = store_entry(str(model_dir), {"path": str(source)})
+    where = {**paths("/s", entry), "programs": str(archive)}
+    return fetch(Model("x", "auto", path=str(source)), "spark", where, str(model_dir), entry, IMAGE, "http://hub", "~/t",
+                 NO_CONTAINER, rooms).args[0]
 
 
 def test_copying_into_a_directory_the_deploy_did_not_make_is_refused_and_touches_nothing(tmp_path):
@@ -202,11 +221,14 @@ def test_copying_checks_the_source_as_the_deploy_user_then_copies_as_that_user(t
     result, calls = on_the_head(copying(tmp_path, model_dir), tmp_path, tmp_path, "rsync", "chown")
     assert result.returncode == 0, result.stderr
     source = tmp_path / "source"
-    assert calls == [["sudo", "-n", "-u", "spark", "test", "-f", f"{source}/config.json"],
-                     ["sudo", "-n", "-u", "spark", "rsync", "-a", "--delete", "--exclude", "/.dual-spark-*", "--info=progress2",
-                      "--no-inc-recursive", f"{source}/", f"{model_dir}/"],
-                     ["rsync", "-a", "--delete", "--exclude", "/.dual-spark-*", "--info=progress2", "--no-inc-recursive",
-                      f"{source}/", f"{model_dir}/"]]  # and no chown: the model directory is the user's already
+    entry = store_entry(str(model_dir), {"path": str(source)})
+    assert calls[0] == ["sudo", "-n", "-u", "spark", "test", "-f", f"{source}/config.json"]
+    assert calls[1][:4] + calls[1][5:8] == ["sudo", "-n", "-u", "spark", str(tmp_path / "dual-spark.pyz"), "sync", "room"]  # room first
+    assert calls[2][:6] == ["sudo", "-n", "-u", "spark", "sh", "-c"] and Path(entry, ".dual-spark-managed").is_file()
+    assert calls[3:] == [["sudo", "-n", "-u", "spark", "rsync", "-a", "--delete", "--exclude", "/.dual-spark-*", "--info=progress2",
+                          "--no-inc-recursive", f"{source}/", f"{entry}/"],
+                         ["rsync", "-a", "--delete", "--exclude", "/.dual-spark-*", "--info=progress2", "--no-inc-recursive",
+                          f"{source}/", f"{entry}/"]]  # and no chown: the store's directory is the user's already
     assert result.stdout.splitlines()[-1].startswith(f"copying the model from {source}: done in ")
 
 
@@ -219,12 +241,29 @@ def test_a_source_that_is_no_model_directory_is_refused_before_a_byte_moves(tmp_
         ".dual-spark-managed"]
 
 
+def test_a_source_larger_than_a_nodes_room_is_refused_before_a_byte_moves(tmp_path):
+    """The source's size (7 bytes of weights, 2 of config) against each node's free space, less
+    what it has of it: the worker with 8 bytes free is refused, named, with both numbers."""
+    model_dir = claimed_dir(tmp_path / "model")
+    rooms = ["spark-head=1099511627776:0", "spark-worker=8:0"]
+    result, calls = on_the_head(copying(tmp_path, model_dir, rooms=rooms), tmp_path, tmp_path, "rsync", "chown")
+    assert result.returncode == 1
+    assert (f"spark-worker: {model_dir} has 0.0 MiB free; the model in {tmp_path / 'source'} needs 0.0 MiB more. Fix: free space "
+            "there, or set model_dir in site.toml to a disk with room") in result.stderr
+    assert [call[6:9] for call in calls[1:]] == [["sync", "room", "--source"]]  # no directory made, nothing copied
+    assert sorted(p.name for p in model_dir.iterdir()) == [".dual-spark-managed"]
+    result, _ = on_the_head(copying(tmp_path / "again", claimed_dir(tmp_path / "again" / "model"), rooms=["spark-worker=8:2"]),
+                            tmp_path / "again", tmp_path, "rsync", "chown")
+    assert result.returncode == 0, result.stderr  # it has 2 bytes of it already: the 7 it lacks fit in 8
+
+
 @pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed here (the deploy installs it on the nodes)")
 def test_copying_into_the_claimed_directory_keeps_its_marker(tmp_path):
     model_dir = claimed_dir(tmp_path / "model")
     result, _ = on_the_head(copying(tmp_path, model_dir), tmp_path, tmp_path, "chown")
     assert result.returncode == 0, result.stderr
-    assert sorted(p.name for p in model_dir.iterdir()) == [".dual-spark-managed", "config.json", "model.safetensors"]
+    entry = Path(store_entry(str(model_dir), {"path": str(tmp_path / "source")}))
+    assert sorted(p.name for p in entry.iterdir()) == [".dual-spark-managed", "config.json", "model.safetensors"]
 
 
 # -- the chain's hops, driven from the head: three levels of shell and ssh --------------------
@@ -403,20 +442,23 @@ def test_a_model_hop_from_a_worker_runs_sync_there_as_the_deploy_user(tmp_path):
     (state / "bin").mkdir(parents=True)
     (state / "bin/dual-spark.pyz").write_text(RECORDER.replace("os.path.basename(sys.argv[0]), *sys.argv[1:]",
                                                               "os.environ.get('NODE', 'head'), *sys.argv[1:], sys.stdin.read()"))
-    where = paths(str(state), "/m")
+    store = tmp_path / "m"
+    entry = store_entry(str(store), HUB_MODEL.source)
+    Path(entry).mkdir(parents=True)
+    where = paths(str(state), entry)
     Path(where["manifest"]).write_text('{"digest": "the head\'s manifest"}')
     manifest = {"digest": "d" * 64, "files": 2, "bytes": 10, "source": HUB_MODEL.source}
-    done = {"exists": True, "free_bytes": 1 << 40, "manifest": None, "verified": "d" * 64, "changed": [], "token": None,
+    done = {"exists": True, "free_bytes": 1 << 40, "bytes": 10, "manifest": None, "verified": "d" * 64, "changed": [], "token": None,
             "unreadable": []}
     result, calls = hop_from_worker1(
         tmp_path, "runtime.ModelState",
-        {"model": HUB_MODEL, "user": "spark", "state_dir": str(state), "model_dir": "/m", "image": IMAGE, "hf_endpoint": "http://hub",
-         "hf_token_file": "~/t", "container": NO_CONTAINER, "streams": 2, "verify_model": "size"},
-        {"programs": where["programs"], "model_dir": "/m", "manifest": where["manifest"], "state": where["verified"], "user": "spark",
+        {"model": HUB_MODEL, "user": "spark", "state_dir": str(state), "model_dir": str(store), "image": IMAGE,
+         "hf_endpoint": "http://hub", "hf_token_file": "~/t", "container": NO_CONTAINER, "streams": 2, "verify_model": "size"},
+        {"programs": where["programs"], "model_dir": entry, "manifest": where["manifest"], "state": where["verified"], "user": "spark",
          "token_file": "~/t"},
-        {**done, "manifest": manifest, "verified": None}, done, {**done, "verified": None})
+        {**done, "manifest": manifest, "verified": None}, done, {**done, "bytes": 0, "verified": None})
     assert result.returncode == 0, result.stderr
     assert calls == [["ssh", "head", "spark@10.0.0.2"],
-                     ["10.0.0.2", "sync", "send", "--dir", "/m", "--manifest", "-", "--peer", "spark@10.0.0.3,spark@10.0.1.3",
-                      "--local", "10.0.0.2,10.0.1.2", "--remote-dir", "/m", "--remote-state", where["verified"],
+                     ["10.0.0.2", "sync", "send", "--dir", entry, "--manifest", "-", "--peer", "spark@10.0.0.3,spark@10.0.1.3",
+                      "--local", "10.0.0.2,10.0.1.2", "--remote-dir", entry, "--remote-state", where["verified"],
                       "--remote-script", where["programs"], "--streams", "2", "--progress", "10", '{"digest": "the head\'s manifest"}']]

@@ -1,13 +1,14 @@
 """Fetch a model repository at a pinned revision from the Hugging Face hub into a directory,
 once, on the head. Runs inside the runtime image (which has huggingface_hub); the hub is
 $HF_ENDPOINT. Before any byte moves it checks what a user gets wrong: a gated repository without
-a token (or with one that has no access), a revision that does not exist, a disk too small.
+a token (or with one that has no access), a revision that does not exist, a disk too small on any
+node that receives the model (the hub's sizes for the revision against each --room, room.py).
 Files already complete are not fetched again; LFS files are checked against the hub's SHA-256.
 huggingface_hub takes a file over Xet when the hub serves it so (hf_xet, set up by the deploy's
 docker run), else over plain HTTP; the check is the same.
 
-    fetch --repo ORG/NAME --revision COMMIT --dest DIR [--token-file FILE] [--workers N]
-          [--progress SECONDS]
+    fetch --repo ORG/NAME --revision COMMIT --dest DIR --store PATH --room NODE=FREE:HAVE [--room ...]
+          [--token-file FILE] [--workers N] [--progress SECONDS]
 
 It prints a JSON summary; with --progress, a progress line that often while the bytes move
 (progress.py) and a summary line for people instead.
@@ -19,7 +20,6 @@ import argparse
 import hashlib
 import json
 import os
-import shutil
 import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
@@ -29,15 +29,12 @@ from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
 from .progress import Progress
+from .room import short
 
 
 def fail(message: str) -> None:
     print(f"fetch_model: {message}", file=sys.stderr)
     sys.exit(1)
-
-
-def gib(n: int) -> str:
-    return f"{n / (1 << 30):.2f} GiB" if n >= 1 << 30 else f"{n / (1 << 20):.1f} MiB"
 
 
 def sha256(path: Path) -> str:
@@ -67,6 +64,8 @@ def main(argv: list[str], prog: str) -> None:
     parser.add_argument("--repo", required=True)
     parser.add_argument("--revision", required=True)
     parser.add_argument("--dest", type=Path, required=True)
+    parser.add_argument("--store", required=True, help="the model store on every node (its messages name it)")
+    parser.add_argument("--room", action="append", default=[], help="NODE=FREE:HAVE, bytes, for each node that receives it")
     parser.add_argument("--token-file", type=Path)
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--progress", type=float, metavar="SECONDS")
@@ -94,6 +93,9 @@ def main(argv: list[str], prog: str) -> None:
         fail(f"cannot reach the hub at {api.endpoint}: {error}. Fix: check the head's network (or hf_endpoint).")
 
     files = [(s.rfilename, s.size or 0, s.lfs.sha256 if s.lfs else None) for s in info.siblings]
+    refusal = short(sum(size for _, size, _ in files), args.room, args.store, where)
+    if refusal:
+        fail(refusal)
     args.dest.mkdir(parents=True, exist_ok=True)
     wanted = {name for name, _, _ in files}
     for path in args.dest.rglob("*"):  # the directory mirrors the revision: another model's files go
@@ -107,10 +109,6 @@ def main(argv: list[str], prog: str) -> None:
 
     missing = [(name, size, lfs) for name, size, lfs in files if not complete(name, size)]
     needed = sum(size for _, size, _ in missing)
-    free = shutil.disk_usage(args.dest).free
-    if needed > free:
-        fail(f"{args.dest} has {gib(free)} free; {where} needs {gib(needed)} more. Fix: free space there, "
-             "or set model_dir in site.toml to a disk with room.")
 
     def fetch(item) -> int:
         name, size, lfs = item

@@ -1,8 +1,9 @@
 """Runtime artifacts on the lab, for real: the runtime image built once on the head and streamed
 to the worker's real Docker engine; the model copied once, hashed, and replicated over both
 rails; a cut transfer, a damaged shard, a rail without link, a full disk; and the hub path
-against a stand-in hub on the lab's bridge (gated, pinned). The model cases run the runtime step
-alone (tasks/runtime.py) and end on the model the pair serves, so its stacks never restart."""
+against a stand-in hub on the lab's bridge (gated, pinned). Each source has its own directory of
+the model store (model_dir). The model cases run the runtime step alone (tasks/runtime.py): the
+stacks keep the model the pair serves, and never restart."""
 
 import filecmp
 import json
@@ -19,11 +20,14 @@ from lab import faults
 from lab.config import HEAD, LAB_DIR, LAB_MODEL, WORKER
 from lab.hub import Hub
 from lab.processes import in_node
+from layout import store_entry
 from tests.e2e.conftest import LAB_ENV, PYINFRA, REPO, SITE, pyinfra, serving_after, site_variant
 
 pytestmark = pytest.mark.end_to_end
-MODEL_DIR = "/var/lib/dual-spark/model"
+MODEL_DIR = "/var/lib/dual-spark/model"  # the store
+TINY = store_entry(MODEL_DIR, {"path": LAB_MODEL})  # the directory of the model the pair serves
 BIG = "/srv/lab-models/big"
+BIG_MODEL = store_entry(MODEL_DIR, {"path": BIG})
 TOKEN = "hf_lab_token_4d9e61c0"
 RUNTIME = "tasks/runtime.py"  # a model change alone: the serving stacks are the next step
 
@@ -54,7 +58,7 @@ def model_files(root: Path) -> list[str]:
     return sorted(n for n in (p.relative_to(root).as_posix() for p in root.rglob("*") if p.is_file()) if not n.startswith("."))
 
 
-def same_model(path: str = MODEL_DIR) -> bool:
+def same_model(path: str) -> bool:
     head, worker = on_node(HEAD, path), on_node(WORKER, path)
     names = model_files(head)
     return names == model_files(worker) and all(filecmp.cmp(head / n, worker / n, shallow=False) for n in names)
@@ -65,8 +69,8 @@ def test_image_and_model_are_on_both_nodes_verified(converged):
     assert docker(HEAD, "image", "inspect", "-f", "{{.Id}}", tag) == docker(WORKER, "image", "inspect", "-f", "{{.Id}}", tag)
     assert re.search(rf"spark-worker\s+runtime image {tag}\s+PASS\s+sha256:\w+, the same as spark-head's, smoke-tested", converged.stdout)
     assert re.search(r"spark-worker\s+model copy\s+PASS\s+verified against manifest", converged.stdout)
-    assert same_model()
-    manifest = json.loads(on_node(HEAD, "/var/lib/dual-spark/model.manifest.json").read_text())
+    assert same_model(TINY)
+    manifest = json.loads(on_node(HEAD, f"{TINY}/.dual-spark-manifest.json").read_text())
     assert manifest["source"] == {"path": LAB_MODEL} and "model.safetensors" in manifest["files"]
 
 
@@ -109,13 +113,13 @@ def big_model(converged, tmp_path_factory):
     yield site_variant(tmp_path_factory.mktemp("big"), model={"path": BIG, "served_name": "tiny", "tokenizer_mode": "auto",
                                                               "tool_call_parser": "", "reasoning_parser": ""})
     result = pyinfra("-y", task=RUNTIME)
-    assert result.returncode == 0 and same_model(), result.stdout
+    assert result.returncode == 0 and same_model(TINY), result.stdout
 
 
 def test_a_cut_transfer_resumes_where_it_stopped(big_model):
     run = subprocess.Popen([str(PYINFRA), "-y", "inventory.py", RUNTIME], cwd=REPO, stdin=subprocess.DEVNULL,
                            env={**LAB_ENV, "DUAL_SPARK_SITE": str(big_model)}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
-    worker_dir = on_node(WORKER, MODEL_DIR)
+    worker_dir = on_node(WORKER, BIG_MODEL)
     deadline = time.monotonic() + 120
     while time.monotonic() < deadline and run.poll() is None:
         landed = sum(p.stat().st_blocks * 512 for p in worker_dir.glob("*.dsp-part"))
@@ -127,37 +131,40 @@ def test_a_cut_transfer_resumes_where_it_stopped(big_model):
     assert run.returncode != 0, output
     assert "transfer interrupted" in output and "it resumes where this stopped" in output, output
     result = pyinfra("-y", task=RUNTIME, site=big_model)
-    total = sum(p.stat().st_size for p in on_node(HEAD, MODEL_DIR).iterdir() if p.is_file() and not p.name.startswith("."))
+    total = sum(p.stat().st_size for p in on_node(HEAD, BIG_MODEL).iterdir() if p.is_file() and not p.name.startswith("."))
     assert result.returncode == 0, result.stdout
     assert 0 < moved(result.stdout) < total, result.stdout
-    assert same_model()
+    assert same_model(BIG_MODEL)
 
 
 def test_a_damaged_shard_on_the_worker_is_found_and_resent(big_model):
-    shard = on_node(WORKER, MODEL_DIR) / "extra-00001-of-00002.bin"
+    shard = on_node(WORKER, BIG_MODEL) / "extra-00001-of-00002.bin"
     with open(shard, "r+b") as handle:
         handle.seek(70 << 20)
         handle.write(b"flipped bits")
     result = pyinfra("-y", task=RUNTIME, site=big_model)
     assert result.returncode == 0, result.stdout
     assert moved(result.stdout) == (100 - 64) << 20, result.stdout  # only the chunk that holds the damage (the last 36 MiB)
-    assert same_model()
+    assert same_model(BIG_MODEL)
 
 
 def test_a_rail_without_link_is_skipped_and_said(big_model):
-    (on_node(WORKER, MODEL_DIR) / "extra-00000-of-00002.bin").unlink()
+    (on_node(WORKER, BIG_MODEL) / "extra-00000-of-00002.bin").unlink()
     faults.link(WORKER, "enp1s0f0np0", False)
     try:
         result = pyinfra("-y", task=RUNTIME, site=big_model)
         assert "the worker does not answer over SSH at 10.0.0.2; trying the next rail" in result.stdout, result.stdout
         assert re.search(r"model replicated: bytes 104857600, .*rails 1, via spark@10.0.1.2", result.stdout), result.stdout
-        assert same_model()
+        assert same_model(BIG_MODEL)
     finally:
         faults.link(WORKER, "enp1s0f0np0", True)
         serving_after()  # serving ran over rail 0: the watchdogs restart the pair once it is back
 
 
 def test_a_full_disk_on_the_worker_stops_before_a_byte_moves(big_model):
+    """The worker's store a 16 MiB disk: the head's copy (its manifest's bytes) does not fit
+    there; refused, naming the worker and both numbers, before the head sends a byte or either
+    node makes a directory, and the pair serves on."""
     small_disk_for_the_deploy(WORKER, "16m")
     try:
         result = pyinfra("-y", task=RUNTIME, site=big_model)
@@ -166,6 +173,7 @@ def test_a_full_disk_on_the_worker_stops_before_a_byte_moves(big_model):
                          r"Fix: free space there, or set model_dir", result.stdout), result.stdout
         assert moved(result.stdout) is None
         assert in_node(WORKER.dir, "ls", "-A", MODEL_DIR, capture_output=True).stdout == ".dual-spark-managed\n"  # its marker only
+        assert serving_after(30) < 30  # nothing in service touched
     finally:
         faults.free_disk(WORKER, MODEL_DIR)
 
@@ -205,14 +213,32 @@ def test_a_wrong_revision_is_named(hub, tmp_path):
 
 
 def test_a_full_disk_on_the_head_stops_before_a_byte_moves(hub, tmp_path):
+    """The head's store a 100 KiB disk: the hub's sizes for the revision, read before any
+    download, do not fit there; refused, naming the head and both numbers, and the pair serves on."""
     small_disk_for_the_deploy(HEAD, "100k")
     try:
         result = pyinfra("-y", task=RUNTIME, site=hub_site(tmp_path, hub))
         assert result.returncode != 0
-        assert re.search(r"/model has [\d.]+ MiB free; lab/tiny-llama at \w+ needs [\d.]+ MiB more", result.stdout), result.stdout
+        assert re.search(r"spark-head: /var/lib/dual-spark/model has [\d.]+ MiB free; lab/tiny-llama at \w+ needs [\d.]+ MiB more",
+                         result.stdout), result.stdout
         assert not [r for r in hub.requests if r.startswith("GET") and "/resolve/" in r]
+        assert serving_after(30) < 30  # nothing in service touched
     finally:
         faults.free_disk(HEAD, MODEL_DIR)
+
+
+def test_a_hub_revision_too_big_for_the_worker_stops_before_the_head_fetches(hub, tmp_path):
+    """The worker's store a 512 KiB disk (the model: 1.5 MiB): the hub's sizes are checked
+    against every node that will receive the revision before the head downloads a byte."""
+    small_disk_for_the_deploy(WORKER, "512k")
+    try:
+        result = pyinfra("-y", task=RUNTIME, site=hub_site(tmp_path, hub))
+        assert result.returncode != 0
+        assert re.search(r"spark-worker: /var/lib/dual-spark/model has [\d.]+ MiB free; lab/tiny-llama at \w+ needs [\d.]+ MiB more",
+                         result.stdout), result.stdout
+        assert not [r for r in hub.requests if r.startswith("GET") and "/resolve/" in r]
+    finally:
+        faults.free_disk(WORKER, MODEL_DIR)
 
 
 def test_the_hub_path_fetches_once_with_the_token_and_never_shows_it(hub, tmp_path):
@@ -228,18 +254,15 @@ def test_the_hub_path_fetches_once_with_the_token_and_never_shows_it(hub, tmp_pa
     verbose = pyinfra("-y", "-vv", task=RUNTIME, site=site)
     for output in (result.stdout, again.stdout, verbose.stdout):
         assert TOKEN not in output
-    assert same_model()
+    assert same_model(store_entry(MODEL_DIR, {"repo": "lab/tiny-llama", "revision": hub.commit}))
     assert (LAB_DIR / "site.toml").exists()
 
 
 def test_a_long_fetch_says_where_it_is_while_it_runs(hub, tmp_path):
     """The hub slowed so that the fetch of the tiny model and a 40 MiB extra file (huggingface_hub
     writes 10 MiB at a time) takes about 30 s: its progress lines (done of total, rate, time left)
-    reach the run's output while the fetch runs, the first long before the final line."""
-    for path in on_node(HEAD, MODEL_DIR).iterdir():  # the deploy's own directory: fetched again from the hub
-        if not path.name.startswith("."):
-            shutil.rmtree(path) if path.is_dir() else path.unlink()
-    on_node(HEAD, "/var/lib/dual-spark/model.manifest.json").unlink()
+    reach the run's output while the fetch runs, the first long before the final line. The extra
+    file makes it another revision: a directory of its own in the store, fetched whole."""
     served = tmp_path / "hub"
     shutil.copytree(on_node(HEAD, LAB_MODEL), served)
     (served / "extra-00000-of-00001.bin").write_bytes(os.urandom(40 << 20))  # vLLM ignores it
@@ -259,4 +282,4 @@ def test_a_long_fetch_says_where_it_is_while_it_runs(hub, tmp_path):
     assert len(progress) >= 2 and any("MiB of" in line for _, line in progress), output  # bytes seen moving
     assert done_at - progress[0][0] >= 8, output  # printed as it came, not with the step's end
     assert re.search(r"will fetch lab/tiny-llama at \w{12} from the hub into /var/lib/dual-spark/model", output), output
-    assert TOKEN not in output and same_model()
+    assert TOKEN not in output and same_model(store_entry(MODEL_DIR, {"repo": "lab/tiny-llama", "revision": slow.commit}))

@@ -1,10 +1,13 @@
 """Serving on the lab, for real: the two nodes' Docker engines run the head and worker stacks,
 a two-node tensor-parallel vLLM on the CPU over the lab's rail; the API on the head's loopback
-behind its key; profile switches restart worker then head and change what is served;
-tasks/rollback.py returns to the state before, and a change that gives no token is rolled back."""
+behind its key; profile switches restart worker then head and change what is served; a new model
+revision is staged while the pair serves, then switched to with one restart; tasks/rollback.py
+returns to the state before it; a change that gives no token (a profile, an image, a revision) is
+rolled back on its own."""
 
 import json
 import re
+import shutil
 import subprocess
 import sys
 import threading
@@ -15,10 +18,12 @@ import pytest
 import requests
 
 from bench.remote import head_of, read_secret
-from lab.config import HEAD, LAB_DIR, WORKER
+from lab.config import HEAD, LAB_DIR, LAB_MODEL, WORKER
+from lab.hub import Hub
 from lab.processes import in_node
+from layout import store_entry
 from site_config import load_site
-from tests.e2e.conftest import RECOVERED, REPO, SITE, pyinfra
+from tests.e2e.conftest import DOWNTIME, RECOVERED, REPO, SITE, pyinfra, site_variant
 
 pytestmark = pytest.mark.end_to_end
 OUTPUTS: list[str] = []  # every output of this module's runs, searched for the key at the end
@@ -139,69 +144,200 @@ def test_switching_to_fast_restarts_worker_then_head_and_serves_one_at_a_time(ap
     assert running_at_once(url, key) == 1  # fast: max_num_seqs 1
 
 
-def state(node) -> dict | None:
-    """The state a node records as serving (operations/records.py), None without one."""
-    path = node.root / "etc/dual-spark/served/state.json"
+class Probe:
+    """A one-token chat through the API every half second, in the background: when each was
+    sent, and whether it was answered."""
+
+    def __init__(self, url: str, key: str):
+        self.url, self.key = url, key
+        self.results: list[tuple[float, bool]] = []
+        self.done = threading.Event()
+        self.thread = threading.Thread(target=self.run)
+
+    def __enter__(self) -> "Probe":
+        self.thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.thread.join()
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            sent = time.monotonic()
+            try:
+                answered = requests.post(f"{self.url}/v1/chat/completions", headers={"Authorization": f"Bearer {self.key}"},
+                                         json={"model": "tiny", "messages": [{"role": "user", "content": "spark"}], "max_tokens": 1},
+                                         timeout=10).status_code == 200
+            except requests.RequestException:
+                answered = False
+            self.results.append((sent, answered))
+            self.done.wait(max(0.0, sent + 0.5 - time.monotonic()))
+
+    def failed(self, start: float, end: float = float("inf")) -> list[float]:
+        return [sent for sent, answered in self.results if not answered and start <= sent <= end]
+
+    def downtime(self) -> float:
+        """From the last answer before the first failure to the first answer after the last."""
+        failed = self.failed(0)
+        before = max(sent for sent, answered in self.results if answered and sent < failed[0])
+        after = min(sent for sent, answered in self.results if answered and sent > failed[-1])
+        return after - before
+
+
+def model_label(node) -> str:
+    return in_node(node.dir, "docker", "inspect", "-f", '{{index .Config.Labels "dual-spark.model"}}', "dual-spark-vllm",
+                   capture_output=True).stdout.strip()
+
+
+def test_a_new_model_revision_is_staged_while_serving_then_switched_with_one_restart(api, tmp_path):
+    """A new revision of the served model published on the lab's hub (the tiny model and one
+    more file), while the pair serves profile fast: fetched, hashed and replicated into its own
+    directory of the store by the runtime step alone, a probe every half second answered
+    throughout; then the serving step switches both nodes, the downtime the restart alone
+    (printed). The old revision stays on disk (the stack before names it), and the next converge
+    changes nothing. The next test rolls it back."""
+    url, key = api
+    published = tmp_path / "published"
+    shutil.copytree(HEAD.root / LAB_MODEL.lstrip("/"), published)
+    (published / "README.md").write_text("The tiny model again, one file more: a new revision.\n")
+    old = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL})
+    with Hub(published, repo="lab/tiny-llama-next") as hub:
+        new = store_entry("/var/lib/dual-spark/model", {"repo": hub.repo, "revision": hub.commit})
+        site = site_variant(tmp_path, model={"repo": hub.repo, "revision": hub.commit, "served_name": "tiny", "tokenizer_mode": "auto",
+                                             "tool_call_parser": "", "reasoning_parser": ""}, hf_endpoint=hub.endpoint)
+        before = {node.role: container(node) for node in (HEAD, WORKER)}
+        with Probe(url, key) as probe:
+            started = time.monotonic()
+            staged = pyinfra("-y", "--data", "profile=fast", task="tasks/runtime.py", site=site)
+            switching = time.monotonic()
+            switched = pyinfra("-y", "--data", "profile=fast", task="tasks/serving.py", site=site)
+            switched_at = time.monotonic()
+            while not [answered for sent, answered in probe.results if answered and sent > switched_at] and \
+                    time.monotonic() - switched_at < 30:
+                time.sleep(0.5)
+        OUTPUTS.extend([staged.stdout, switched.stdout])
+        assert staged.returncode == 0, staged.stdout
+        assert f"fetched {hub.repo}: commit {hub.commit}" in staged.stdout and "model replicated: bytes" in staged.stdout
+        assert not probe.failed(started, switching), probe.results  # no failure while staging
+        assert len([sent for sent, _ in probe.results if started <= sent <= switching]) >= 4
+        assert switched.returncode == 0, switched.stdout
+        assert probe.failed(switching, switched_at) and not probe.failed(0, switching)  # the restart, and only it
+        DOWNTIME["new model revision (restart)"] = probe.downtime()
+        print(f"new model revision: staged in {switching - started:.0f} s serving throughout; "
+              f"{probe.downtime():.1f} s without service at the switch")
+        digest = json.loads((HEAD.root / new.lstrip("/") / ".dual-spark-manifest.json").read_text())["digest"][:12]
+        for node in (HEAD, WORKER):
+            assert container(node)["started"] > before[node.role]["started"] and model_label(node) == digest
+            assert f"{new}:/model:ro" in (node.root / "etc/dual-spark/compose.yaml").read_text()
+            assert (node.root / new.lstrip("/") / "README.md").is_file()
+            assert (node.root / old.lstrip("/") / "model.safetensors").is_file()  # the old revision, whole, for a way back
+            assert f"{old}:/model:ro" in (node.root / "etc/dual-spark/compose.yaml.previous").read_text()
+        now = {node.role: container(node) for node in (HEAD, WORKER)}
+        again = pyinfra("-y", "--data", "profile=fast", site=site)
+        OUTPUTS.append(again.stdout)
+        assert again.returncode == 0, again.stdout
+        assert re.search(r"Grand total\s+\d+\s+-\s+-\s+\d+", again.stdout), again.stdout
+        assert {node.role: container(node) for node in (HEAD, WORKER)} == now
+
+
+def state(node, record: str = "served") -> dict | None:
+    """A state the node records (operations/records.py), None without one."""
+    path = node.root / f"etc/dual-spark/{record}/state.json"
     return json.loads(path.read_text()) if path.exists() else None
 
 
-def test_rollback_returns_to_the_state_before_the_switch(api):
-    """tasks/rollback.py after a change that served (the switch to fast): --dry shows each node's
-    stack diff and touches nothing; the run returns both nodes to adaptive, the site's own state,
-    so that a deploy then changes nothing; the state it left is now the one to return to."""
+def test_rollback_returns_to_the_state_before_the_new_revision(api):
+    """tasks/rollback.py after a change that served (the new revision, profile fast): --dry shows
+    each node's stack diff and touches nothing; the run returns both nodes to the lab's model,
+    kept whole in its store directory, so that a deploy of the site's own model changes nothing;
+    the revision it left is now the one to return to."""
     url, key = api
-    assert state(HEAD)["profile"] == state(WORKER)["profile"] == "fast"
+    old = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL})
+    assert state(HEAD)["model"]["repo"] == state(WORKER)["model"]["repo"] == "lab/tiny-llama-next"
+    assert state(HEAD, "rollback")["model"] == {"path": LAB_MODEL} and state(HEAD, "rollback")["profile"] == "fast"
     before = {node.role: container(node) for node in (HEAD, WORKER)}
     dry = run("--dry", task="tasks/rollback.py")
     assert dry.returncode == 0, dry.stdout
-    assert "Will modify spark-worker:/etc/dual-spark/launch.sh" in dry.stdout and "Will modify spark-head:/etc/dual-spark/compose.yaml" in dry.stdout
-    assert re.search(r"^\s*-\s+--max-num-seqs 1 ", dry.stdout, re.M) and re.search(r"^\s*\+\s+--max-num-seqs 4 ", dry.stdout, re.M)
+    assert "Will modify spark-worker:/etc/dual-spark/compose.yaml" in dry.stdout and "Will modify spark-head:/etc/dual-spark/compose.yaml" in dry.stdout
+    assert re.search(rf"^\s*\+\s+- {re.escape(old)}:/model:ro\s*$", dry.stdout, re.M), dry.stdout
     assert {node.role: container(node) for node in (HEAD, WORKER)} == before
+    started = time.monotonic()
     result = run("-y", task="tasks/rollback.py")
     assert result.returncode == 0, result.stdout
-    assert "will return every node to profile adaptive" in result.stdout, result.stdout
+    DOWNTIME["tasks/rollback.py (the whole run)"] = time.monotonic() - started
+    assert "will return every node to profile fast, image dual-spark/lab-cpu:" in result.stdout and f"model {LAB_MODEL}" in result.stdout
     head, worker = container(HEAD), container(WORKER)
-    assert head["profile"] == worker["profile"] == "adaptive" and worker["started"] < head["started"]
-    assert running_at_once(url, key) > 1
-    assert state(HEAD)["profile"] == "adaptive" and state(HEAD)["image_id"].startswith("sha256:")
-    after = {node.role: container(node) for node in (HEAD, WORKER)}
+    assert head["profile"] == worker["profile"] == "fast" and worker["started"] < head["started"]
+    assert all(f"{old}:/model:ro" in (node.root / "etc/dual-spark/compose.yaml").read_text() for node in (HEAD, WORKER))
+    assert chat(url, key).status_code == 200
+    assert state(HEAD)["model"] == {"path": LAB_MODEL} and state(HEAD)["image_id"].startswith("sha256:")
+    assert state(HEAD, "rollback")["model"]["repo"] == "lab/tiny-llama-next"
     status = run("-y", task="tasks/status.py")
-    assert re.search(r"spark-head\s+serving state\s+PASS\s+profile adaptive, image dual-spark/lab-cpu:", status.stdout), status.stdout
-    assert re.search(r"spark-head\s+rollback state\s+PASS\s+profile fast, ", status.stdout), status.stdout
-    again = run("-y", task="tasks/profile.py")
+    assert re.search(rf"spark-head\s+serving state\s+PASS\s+profile fast, image dual-spark/lab-cpu:\S+ \(sha256:[0-9a-f]{{12}}\), model {LAB_MODEL}, "
+                     r"serving since ", status.stdout), status.stdout
+    assert re.search(r"spark-head\s+rollback state\s+PASS\s+profile fast, .*model lab/tiny-llama-next@", status.stdout), status.stdout
+    after = {node.role: container(node) for node in (HEAD, WORKER)}
+    again = run("-y", "--data", "profile=fast", task="tasks/profile.py")
     assert again.returncode == 0 and re.search(r"Grand total\s+\d+\s+-\s+-\s+\d+", again.stdout), again.stdout
     assert {node.role: container(node) for node in (HEAD, WORKER)} == after
 
 
-FAILING = {  # a change -> the site tables that make it, and what vLLM or the run says of it
+def test_switching_back_restores_the_default(api):
+    url, key = api
+    result = run("-y", task="tasks/profile.py")
+    assert result.returncode == 0, result.stdout
+    assert container(HEAD)["profile"] == container(WORKER)["profile"] == "adaptive"
+    model = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL})  # and the lab's model, after the revision test's
+    assert all(f"{model}:/model:ro" in (node.root / "etc/dual-spark/compose.yaml").read_text() for node in (HEAD, WORKER))
+    assert running_at_once(url, key) > 1
+
+
+FAILING = {  # a change -> the site tables that make it, the profile, and what vLLM says of it
     "a profile whose window does not fit": (
         '[profile.too-long]\nbase = "adaptive"\nmax_model_len = 131072\n', "too-long", "max_model_len"),
     "an image whose vLLM exits": (
         '[image.lab-cpu-exits]\nbuild = "{build}"\nkv_cache_dtypes = ["auto"]\npython = "python3"\nvllm = "false"\n'
-        '[profile.exits]\nbase = "adaptive"\nimage = "lab-cpu-exits"\n', "exits", "ended before it served"),
+        '[profile.exits]\nbase = "adaptive"\nimage = "lab-cpu-exits"\n', "exits", "vLLM ended before it served on spark-head"),
+    "a revision whose config.json names no model vLLM has": (None, "adaptive", "NoSuchModelForCausalLM"),
 }
 
 
 @pytest.mark.parametrize("change", FAILING)
 def test_a_change_that_does_not_serve_is_rolled_back(api, tmp_path, change):
-    """The change starts, gives no token (vLLM exits), and every node returns to the state that
-    served (adaptive): the run fails saying what failed and that the pair serves again; the next
-    deploy (the site's own profile) changes nothing."""
+    """The change starts and gives no token (vLLM exits on one node or both), and every node returns
+    to the state that served (adaptive, the lab's model): the run fails, naming the failing side
+    with vLLM's reason from its log, saying it rolled back and that the pair serves again;
+    verification, run by the worker, reads the head (a step failed there) instead of calling it
+    unreachable. The next deploy of the site's own state changes nothing."""
     url, key = api
     tables, profile, reason = FAILING[change]
-    build = load_site(SITE).images["lab-cpu"].build
-    site = tmp_path / "site.toml"
-    site.write_text(SITE.read_text() + "\n" + tables.format(build=build))
     served = state(HEAD)
-    started = time.monotonic()
-    result = run("-y", "--data", f"profile={profile}", task="tasks/profile.py", site=site)
-    RECOVERED[f"{change}: the run, failed and rolled back"] = time.monotonic() - started
+    with ExitStack() as stack:
+        if tables is None:  # the lab's model, its architecture renamed, published as a new revision
+            broken = tmp_path / "broken"
+            shutil.copytree(HEAD.root / LAB_MODEL.lstrip("/"), broken)
+            config = json.loads((broken / "config.json").read_text())
+            (broken / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchModelForCausalLM"]}))
+            hub = stack.enter_context(Hub(broken, repo="lab/tiny-llama-broken"))
+            site = site_variant(tmp_path, model={"repo": hub.repo, "revision": hub.commit, "served_name": "tiny", "tokenizer_mode": "auto",
+                                                 "tool_call_parser": "", "reasoning_parser": ""}, hf_endpoint=hub.endpoint)
+        else:
+            site = tmp_path / "site.toml"
+            site.write_text(SITE.read_text() + "\n" + tables.format(build=load_site(SITE).images["lab-cpu"].build))
+        started = time.monotonic()
+        result = run("-y", "--data", f"profile={profile}", task="tasks/profile.py", site=site)
+    RECOVERED[f"{change}: the run, failed and rolled back"] = round(time.monotonic() - started, 1)
     assert result.returncode != 0, result.stdout
-    assert re.search(rf"serving tiny \(profile {profile}\): no token after [\d.]+ s", result.stdout), result.stdout
-    assert reason in result.stdout, result.stdout
-    assert "rolling every node back to the state that served before it: profile adaptive" in result.stdout
+    assert re.search(rf"serving tiny \(profile {profile}\): no token after [\d.]+ s \(.*\); failing: .*spark-(head|worker): ", result.stdout), \
+        result.stdout
+    assert re.search(r"\|\s.*" + re.escape(reason), result.stdout) or reason in result.stdout, result.stdout
+    assert "rolling every node back to the state that served before it: profile adaptive" in result.stdout, result.stdout
     assert re.search(r"rolled back to profile adaptive.*: first token after", result.stdout), result.stdout
     assert "so every node was rolled back, and serves again" in result.stdout
+    assert re.search(r"spark-head\s+steps of this run\s+FAIL\s+failed here: (tasks/serving.py \| )?Start the head's stack", result.stdout), \
+        result.stdout
+    assert "no SSH answer" not in result.stdout
     assert container(HEAD)["profile"] == container(WORKER)["profile"] == "adaptive"
     assert chat(url, key).status_code == 200
     assert state(HEAD) == served  # the state that served is still the one recorded, since when it served

@@ -15,12 +15,13 @@ import pytest
 import requests
 
 from lab import faults, nodes
-from lab.config import HEAD, WORKER
+from lab.config import HEAD, LAB_MODEL, WORKER
 from lab.processes import in_node
-from tests.e2e.conftest import LAB_ENV, PYINFRA, RECOVERED, REPO, generates, pyinfra
+from layout import store_entry
+from tests.e2e.conftest import RECOVERED, generates, pyinfra
 
 pytestmark = pytest.mark.end_to_end
-MODEL_CONFIG = "/var/lib/dual-spark/model/config.json"
+MODEL_CONFIG = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL}) + "/config.json"  # the served model's
 
 
 def status() -> subprocess.CompletedProcess:
@@ -149,30 +150,3 @@ def starts(node) -> dict:
 
 def restart_count(node) -> int:
     return int(in_node(node.dir, "docker", "inspect", "-f", "{{.RestartCount}}", "dual-spark-vllm", capture_output=True).stdout)
-
-
-def test_a_failed_wait_for_the_first_token_names_the_side_and_the_head_is_not_called_unreachable(converged):
-    """The worker cannot start (its model's config.json gone) when a run restarts the pair (a new
-    ready timeout), with rollback_on_failure off: the head's wait ends as soon as the worker's
-    backoff record says its start failed, naming the failing side with vLLM's reason from its log,
-    and the pair is left as it failed; verification, run by the worker, reads the head (it
-    answers; a step failed there) instead of calling it unreachable. Put right, the next deploy
-    serves again."""
-    in_node(WORKER.dir, "mv", MODEL_CONFIG, MODEL_CONFIG + ".aside")
-    try:
-        result = subprocess.run([str(PYINFRA), "-y", "--data", "serving_ready_timeout=60", "--data", "rollback_on_failure=false",
-                                 "inventory.py", "tasks/serving.py",
-                                 "tasks/verify.py"], cwd=REPO, env=LAB_ENV, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True, timeout=900)
-    finally:
-        in_node(WORKER.dir, "mv", MODEL_CONFIG + ".aside", MODEL_CONFIG)
-    assert result.returncode != 0, result.stdout
-    assert re.search(r"serving tiny \(profile adaptive\): no token after [\d.]+ s \(.*\); failing: .*spark-worker: ", result.stdout), \
-        result.stdout
-    assert re.search(r"spark-worker\s+(vLLM container|watchdog)\s+FAIL", result.stdout), result.stdout
-    assert re.search(r"\|\s.*config\.json", result.stdout), result.stdout  # vLLM's reason, from the worker's log
-    assert "not rolled back: rollback_on_failure is false" in result.stdout, result.stdout
-    assert re.search(r"spark-head\s+steps of this run\s+FAIL\s+failed here: (tasks/serving.py \| )?Start the head's stack", result.stdout), result.stdout
-    assert "no SSH answer" not in result.stdout
-    result = pyinfra("-y")
-    assert result.returncode == 0, result.stdout

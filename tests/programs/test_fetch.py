@@ -32,14 +32,16 @@ def served(tmp_path) -> Path:
     return directory
 
 
-def fetch(hub: Hub, dest: Path, xet: Path, token_file: Path, **more: str) -> subprocess.CompletedProcess:
+def fetch(hub: Hub, dest: Path, xet: Path, token_file: Path, rooms: tuple[str, ...] = ("here=1099511627776:0",),
+          **more: str) -> subprocess.CompletedProcess:
     """The fetch with the deploy's environment, its container paths moved here: HF_HOME in the
-    model directory, HF_XET_CACHE apart from it."""
+    model directory, HF_XET_CACHE apart from it; each node's room (a TiB free here by default)."""
     env = {**os.environ, **FETCH_ENV, "HF_HOME": str(dest / ".cache/huggingface"), "HF_XET_CACHE": str(xet),
            "HF_ENDPOINT": hub.endpoint, **more}
     env.pop("HF_HUB_DISABLE_XET", None)
     return subprocess.run([str(VLLM_PYTHON), str(ARCHIVE), "fetch", "--repo", hub.repo, "--revision", hub.commit,
-                           "--dest", str(dest), "--token-file", str(token_file)],
+                           "--dest", str(dest), "--store", str(dest.parent), *[arg for room in rooms for arg in ("--room", room)],
+                           "--token-file", str(token_file)],
                           env=env, capture_output=True, text=True, timeout=120)
 
 
@@ -68,6 +70,20 @@ def test_the_stand_in_is_fetched_over_plain_http_with_xet_on(served, tmp_path):
     beside = {p.relative_to(dest).parts[0] for p in dest.rglob("*") if p.is_file()} - {"config.json", "model.safetensors"}
     assert beside == {".cache"} and not (dest / ".cache/huggingface/xet").exists()  # huggingface_hub's metadata only
     assert TOKEN not in result.stdout + result.stderr
+
+
+def test_a_node_short_of_room_for_the_hubs_sizes_stops_the_fetch_before_a_byte_moves(served, tmp_path):
+    """The hub's sizes for the revision (3 MiB and a config) against each node's free space less
+    what it holds of them: the second node lacks room; it is named with both numbers, nothing is
+    downloaded, and the directory is not even made."""
+    dest = tmp_path / "model"
+    with Hub(served, repo="lab/tiny", token=TOKEN, gated=True, address="127.0.0.1") as hub:
+        refused = fetch(hub, dest, tmp_path / "xet", token_file(tmp_path), rooms=("head=1099511627776:0", "worker-2=2097152:0"))
+        assert refused.returncode == 1
+        assert f"worker-2: {tmp_path} has 2.0 MiB free; lab/tiny at {hub.commit[:12]} needs 3.0 MiB more. Fix: free space there" in refused.stderr
+        assert not [r for r in hub.requests if "/resolve/" in r] and not dest.exists()
+        fits = fetch(hub, dest, tmp_path / "xet", token_file(tmp_path), rooms=("worker-2=2097152:1572864",))  # 1.5 MiB there already
+    assert fits.returncode == 0, fits.stderr
 
 
 def test_a_hub_that_names_a_xet_hash_is_fetched_over_xet_apart_from_the_model(served, tmp_path):

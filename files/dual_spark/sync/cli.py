@@ -11,8 +11,12 @@ verified: `dual-spark.pyz sync COMMAND`.
         parallel) into the manifest M. Files whose size and mtime match M are not hashed again
         (unless --full). Prints a JSON summary.
     sync status --dir D [--manifest M] --state S
-        One JSON line: what is in D, whether it matches M (head) or the verified state S
-        (worker) by size and mtime, and the free space.
+        One JSON line: what is in D (and its bytes), whether it matches M (head) or the verified
+        state S (worker) by size and mtime, and the free space.
+    sync room --source D --store S --what TEXT --room NODE=FREE:HAVE [--room ...]
+        Before a copy from D (its files but the deploy's own at its top): refuse, naming the
+        node, its free space in the store S and what it needs, when TEXT does not fit on each
+        node given (room.py).
     sync send --dir D --manifest M --peer USER@ADDR[,USER@ADDR] --local ADDR[,ADDR]
          --remote-dir D --remote-state S [--streams N] [--full] [--remote-script PATH]
         Copy what the worker lacks over every reachable rail at once, with N parallel TCP
@@ -37,8 +41,9 @@ import os
 import sys
 from pathlib import Path
 
+from ..room import short
 from .claim import claim
-from .manifest import manifest, status
+from .manifest import manifest, source_bytes, status
 from .model import LABELS, SyncError, read_json
 from .receive import receive
 from .send import send
@@ -61,6 +66,11 @@ def main(argv: list[str], prog: str) -> None:
     s.add_argument("--dir", type=Path, required=True)
     s.add_argument("--manifest", type=Path)
     s.add_argument("--state", type=Path, required=True)
+    o = commands.add_parser("room")
+    o.add_argument("--source", type=Path, required=True)
+    o.add_argument("--store", required=True)
+    o.add_argument("--what", required=True)
+    o.add_argument("--room", action="append", default=[])
     r = commands.add_parser("receive")
     r.add_argument("--dir", type=Path, required=True)
     r.add_argument("--state", type=Path, required=True)
@@ -80,6 +90,11 @@ def main(argv: list[str], prog: str) -> None:
     try:
         if args.command == "claim":
             claim(args.dir, [read_json(path) or {} for path in (args.manifest, args.state) if path])
+            return
+        if args.command == "room":
+            refusal = short(source_bytes(args.source), args.room, args.store, args.what)
+            if refusal:
+                raise SyncError(refusal)
             return
         if args.command == "manifest":
             result = manifest(args.dir, args.manifest, json.loads(args.source), args.full, args.progress)

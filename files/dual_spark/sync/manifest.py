@@ -9,6 +9,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
+from ..constants import OWN_FILES
 from ..progress import Progress
 from .model import BLOCK, CHUNK, HASH_WORKERS, LABELS, SyncError, model_files, read_json, write_json
 
@@ -100,8 +101,8 @@ def status(root: Path, manifest_path: Path | None, state_path: Path) -> dict:
     """What a node has, read without hashing: sizes and mtimes against what was recorded."""
     existing = root.is_dir()
     probe = root if existing else next((p for p in root.parents if p.exists()), Path("/"))
-    reading = {"exists": existing, "free_bytes": shutil.disk_usage(probe).free, "manifest": None, "verified": None,
-               "changed": []}
+    reading = {"exists": existing, "free_bytes": shutil.disk_usage(probe).free, "bytes": held(root) if existing else 0,
+               "manifest": None, "verified": None, "changed": []}
     if manifest_path is not None:
         record = read_json(manifest_path)
         if record:
@@ -113,6 +114,26 @@ def status(root: Path, manifest_path: Path | None, state_path: Path) -> dict:
         reading["verified"] = state["digest"]
         reading["changed"] = changed(root, {name: tuple(v) for name, v in state["files"].items()})
     return reading
+
+
+def held(root: Path) -> int:
+    """Bytes on disk of the model's files and partial copies under root (blocks, not lengths: a
+    partial copy is as long as its file from the start)."""
+    total = 0
+    for path in root.rglob("*"):
+        if path.is_file() and not path.relative_to(root).as_posix().startswith("."):
+            info = path.stat()
+            total += min(info.st_size, info.st_blocks * 512)
+    return total
+
+
+def source_bytes(root: Path) -> int:
+    """The bytes a copy of root into the store takes: every file, the deploy's own at its top left
+    out (as the copy leaves them out)."""
+    if not root.is_dir():
+        raise SyncError(f"{root} is not a directory: nothing to copy")
+    return sum(path.stat().st_size for path in root.rglob("*")
+               if path.is_file() and not path.is_symlink() and not path.relative_to(root).as_posix().startswith(OWN_FILES))
 
 
 def changed(root: Path, recorded: dict[str, tuple[int, int]]) -> list[str]:

@@ -1,0 +1,31 @@
+"""The model store's clean-up removes, in the run that follows its plan, only what the plan
+showed: a directory the stack files named when the run planned stays, even once the stack the
+run installs no longer names it (compose.yaml.previous moved on)."""
+
+from pathlib import Path
+
+from operations.store import store_pruned
+from tests.fake_host import load, running, task_arguments
+
+CASE = Path(__file__).parent / "operations/store.store_pruned/the_new_revision_serves.json"
+
+
+def run(case: dict, mounted: list[str]) -> list[str]:
+    """The operation's commands on the case's host, its stack files mounting ``mounted``."""
+    next(iter(case["facts"]["spark-head"]["store.StoreState"].values()))["mounted"] = mounted
+    return [command.get_raw_value() for command in store_pruned._inner(**task_arguments(store_pruned, {}))]
+
+
+def test_the_run_removes_only_what_its_plan_showed():
+    case = load(CASE)
+    names = next(iter(case["facts"]["spark-head"]["store.StoreState"].values()))["entries"]
+    new, old, older = (next(f"/var/lib/dual-spark/model/{name}" for name in names if revision in name)
+                       for revision in ("14c06b6db367", "0b1c8e2d5f7a", "f00dfeed1234"))
+    with running(case) as (state, _):
+        planned = run(case, [new, old, older])  # the plan: each named, the older by compose.yaml.previous
+        state.is_executing = True
+        ran = run(case, [new, old])  # the run: the stack it installed moved compose.yaml.previous on
+    assert planned == [] and ran == []
+    with running(case) as (state, _):
+        state.is_executing = True
+        assert [command for command in run(case, [new, old]) if f"rm -rf -- {older}" in command]  # no plan: the files decide
