@@ -36,7 +36,7 @@ from operations.status import cluster_status
 from programs import digest
 
 STAGING = f"{RUN_DIR}/stack-check"
-PROBE_SLICE = 10  # seconds of each wait for the first token between two readings of the nodes' backoff records
+PROBE_SLICE = 5  # seconds of each wait for the first token between two readings of the nodes' backoff records
 FILES = ("compose.yaml", "launch.sh")
 # A profile's keys that vLLM's --speculative-config takes as these SpeculativeConfig fields, only
 # when the profile sets them (the image must have the field: image_supports).

@@ -23,7 +23,7 @@ from lab.hub import Hub
 from lab.processes import in_node
 from layout import store_entry
 from site_config import load_site
-from tests.e2e.conftest import DOWNTIME, RECOVERED, REPO, SITE, pyinfra, site_variant
+from tests.e2e.conftest import DOWNTIME, REPO, SITE, pyinfra, site_variant
 
 pytestmark = pytest.mark.end_to_end
 OUTPUTS: list[str] = []  # every output of this module's runs, searched for the key at the end
@@ -131,19 +131,6 @@ def running_at_once(url: str, key: str, requests_: int = 4) -> float:
     return peak[0]
 
 
-def test_switching_to_fast_restarts_worker_then_head_and_serves_one_at_a_time(api):
-    url, key = api
-    assert running_at_once(url, key) > 1  # adaptive: up to 4 sequences
-    result = run("-y", "--data", "profile=fast", task="tasks/profile.py")
-    assert result.returncode == 0, result.stdout
-    head, worker = container(HEAD), container(WORKER)
-    assert head["profile"] == worker["profile"] == "fast"
-    assert worker["started"] < head["started"], "the worker must start before the head"
-    stop = re.search(r"Stop the head's vLLM if any node's stack changes.*\n(?:.*\n)*?\s+\[spark-head\]\s+Success", result.stdout)
-    assert stop, result.stdout
-    assert running_at_once(url, key) == 1  # fast: max_num_seqs 1
-
-
 class Probe:
     """A one-token chat through the API every half second, in the background: when each was
     sent, and whether it was answered."""
@@ -174,6 +161,9 @@ class Probe:
             self.results.append((sent, answered))
             self.done.wait(max(0.0, sent + 0.5 - time.monotonic()))
 
+    def answered_after(self, moment: float) -> bool:
+        return any(answered and sent > moment for sent, answered in self.results)
+
     def failed(self, start: float, end: float = float("inf")) -> list[float]:
         return [sent for sent, answered in self.results if not answered and start <= sent <= end]
 
@@ -190,14 +180,16 @@ def model_label(node) -> str:
                    capture_output=True).stdout.strip()
 
 
-def test_a_new_model_revision_is_staged_while_serving_then_switched_with_one_restart(api, tmp_path):
+def test_a_new_revision_and_profile_are_staged_while_serving_then_switched_worker_first(api, tmp_path):
     """A new revision of the served model published on the lab's hub (the tiny model and one
-    more file), while the pair serves profile fast: fetched, hashed and replicated into its own
-    directory of the store by the runtime step alone, a probe every half second answered
-    throughout; then the serving step switches both nodes, the downtime the restart alone
-    (printed). The old revision stays on disk (the stack before names it), and the next converge
-    changes nothing. The next test rolls it back."""
+    more file), with profile fast, while the pair serves adaptive: fetched, hashed and replicated
+    into its own directory of the store by the runtime step alone, a probe every half second
+    answered throughout; then the serving step stops the head, starts the worker, then the head,
+    the downtime the restart alone (printed), and fast serves one sequence at a time. The old
+    revision stays on disk (the stack before names it), and the next converge changes nothing.
+    The next test rolls it all back."""
     url, key = api
+    assert running_at_once(url, key) > 1  # adaptive: up to 4 sequences
     published = tmp_path / "published"
     shutil.copytree(HEAD.root / LAB_MODEL.lstrip("/"), published)
     (published / "README.md").write_text("The tiny model again, one file more: a new revision.\n")
@@ -222,6 +214,12 @@ def test_a_new_model_revision_is_staged_while_serving_then_switched_with_one_res
         assert not probe.failed(started, switching), probe.results  # no failure while staging
         assert len([sent for sent, _ in probe.results if started <= sent <= switching]) >= 4
         assert switched.returncode == 0, switched.stdout
+        stop = re.search(r"Stop the head's vLLM if any node's stack changes.*\n(?:.*\n)*?\s+\[spark-head\]\s+Success", switched.stdout)
+        assert stop, switched.stdout
+        head, worker = container(HEAD), container(WORKER)
+        assert head["profile"] == worker["profile"] == "fast"
+        assert worker["started"] < head["started"], "the worker must start before the head"
+        assert running_at_once(url, key) == 1  # fast: max_num_seqs 1
         assert probe.failed(switching, switched_at) and not probe.failed(0, switching)  # the restart, and only it
         DOWNTIME["new model revision (restart)"] = probe.downtime()
         print(f"new model revision: staged in {switching - started:.0f} s serving throughout; "
@@ -248,49 +246,40 @@ def state(node, record: str = "served") -> dict | None:
 
 
 def test_rollback_returns_to_the_state_before_the_new_revision(api):
-    """tasks/rollback.py after a change that served (the new revision, profile fast): --dry shows
-    each node's stack diff and touches nothing; the run returns both nodes to the lab's model,
-    kept whole in its store directory, so that a deploy of the site's own model changes nothing;
-    the revision it left is now the one to return to."""
+    """tasks/rollback.py after a change that served (the new revision with profile fast): --dry
+    shows each node's stack diff and touches nothing; the run returns both nodes to adaptive on
+    the lab's model, kept whole in its store directory: the site's own state, so that a deploy
+    then changes nothing; the state it left is now the one to return to."""
     url, key = api
     old = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL})
     assert state(HEAD)["model"]["repo"] == state(WORKER)["model"]["repo"] == "lab/tiny-llama-next"
-    assert state(HEAD, "rollback")["model"] == {"path": LAB_MODEL} and state(HEAD, "rollback")["profile"] == "fast"
+    assert state(HEAD, "rollback")["model"] == {"path": LAB_MODEL} and state(HEAD, "rollback")["profile"] == "adaptive"
     before = {node.role: container(node) for node in (HEAD, WORKER)}
     dry = run("--dry", task="tasks/rollback.py")
     assert dry.returncode == 0, dry.stdout
-    assert "Will modify spark-worker:/etc/dual-spark/compose.yaml" in dry.stdout and "Will modify spark-head:/etc/dual-spark/compose.yaml" in dry.stdout
+    assert "Will modify spark-worker:/etc/dual-spark/launch.sh" in dry.stdout and "Will modify spark-head:/etc/dual-spark/compose.yaml" in dry.stdout
     assert re.search(rf"^\s*\+\s+- {re.escape(old)}:/model:ro\s*$", dry.stdout, re.M), dry.stdout
+    assert re.search(r"^\s*-\s+--max-num-seqs 1 ", dry.stdout, re.M) and re.search(r"^\s*\+\s+--max-num-seqs 4 ", dry.stdout, re.M)
     assert {node.role: container(node) for node in (HEAD, WORKER)} == before
     started = time.monotonic()
     result = run("-y", task="tasks/rollback.py")
     assert result.returncode == 0, result.stdout
     DOWNTIME["tasks/rollback.py (the whole run)"] = time.monotonic() - started
-    assert "will return every node to profile fast, image dual-spark/lab-cpu:" in result.stdout and f"model {LAB_MODEL}" in result.stdout
+    assert "will return every node to profile adaptive, image dual-spark/lab-cpu:" in result.stdout and f"model {LAB_MODEL}" in result.stdout
     head, worker = container(HEAD), container(WORKER)
-    assert head["profile"] == worker["profile"] == "fast" and worker["started"] < head["started"]
+    assert head["profile"] == worker["profile"] == "adaptive" and worker["started"] < head["started"]
     assert all(f"{old}:/model:ro" in (node.root / "etc/dual-spark/compose.yaml").read_text() for node in (HEAD, WORKER))
-    assert chat(url, key).status_code == 200
+    assert running_at_once(url, key) > 1
     assert state(HEAD)["model"] == {"path": LAB_MODEL} and state(HEAD)["image_id"].startswith("sha256:")
     assert state(HEAD, "rollback")["model"]["repo"] == "lab/tiny-llama-next"
     status = run("-y", task="tasks/status.py")
-    assert re.search(rf"spark-head\s+serving state\s+PASS\s+profile fast, image dual-spark/lab-cpu:\S+ \(sha256:[0-9a-f]{{12}}\), model {LAB_MODEL}, "
-                     r"serving since ", status.stdout), status.stdout
+    assert re.search(rf"spark-head\s+serving state\s+PASS\s+profile adaptive, image dual-spark/lab-cpu:\S+ \(sha256:[0-9a-f]{{12}}\), "
+                     rf"model {LAB_MODEL}, serving since ", status.stdout), status.stdout
     assert re.search(r"spark-head\s+rollback state\s+PASS\s+profile fast, .*model lab/tiny-llama-next@", status.stdout), status.stdout
     after = {node.role: container(node) for node in (HEAD, WORKER)}
-    again = run("-y", "--data", "profile=fast", task="tasks/profile.py")
+    again = run("-y", task="tasks/profile.py")
     assert again.returncode == 0 and re.search(r"Grand total\s+\d+\s+-\s+-\s+\d+", again.stdout), again.stdout
     assert {node.role: container(node) for node in (HEAD, WORKER)} == after
-
-
-def test_switching_back_restores_the_default(api):
-    url, key = api
-    result = run("-y", task="tasks/profile.py")
-    assert result.returncode == 0, result.stdout
-    assert container(HEAD)["profile"] == container(WORKER)["profile"] == "adaptive"
-    model = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL})  # and the lab's model, after the revision test's
-    assert all(f"{model}:/model:ro" in (node.root / "etc/dual-spark/compose.yaml").read_text() for node in (HEAD, WORKER))
-    assert running_at_once(url, key) > 1
 
 
 FAILING = {  # a change -> the site tables that make it, the profile, and what vLLM says of it
@@ -298,7 +287,7 @@ FAILING = {  # a change -> the site tables that make it, the profile, and what v
         '[profile.too-long]\nbase = "adaptive"\nmax_model_len = 131072\n', "too-long", "max_model_len"),
     "an image whose vLLM exits": (
         '[image.lab-cpu-exits]\nbuild = "{build}"\nkv_cache_dtypes = ["auto"]\npython = "python3"\nvllm = "false"\n'
-        '[profile.exits]\nbase = "adaptive"\nimage = "lab-cpu-exits"\n', "exits", "vLLM ended before it served on spark-head"),
+        '[profile.exits]\nbase = "adaptive"\nimage = "lab-cpu-exits"\n', "exits", "vLLM ended before it served on spark-"),
     "a revision whose config.json names no model vLLM has": (None, "adaptive", "NoSuchModelForCausalLM"),
 }
 
@@ -306,10 +295,11 @@ FAILING = {  # a change -> the site tables that make it, the profile, and what v
 @pytest.mark.parametrize("change", FAILING)
 def test_a_change_that_does_not_serve_is_rolled_back(api, tmp_path, change):
     """The change starts and gives no token (vLLM exits on one node or both), and every node returns
-    to the state that served (adaptive, the lab's model): the run fails, naming the failing side
-    with vLLM's reason from its log, saying it rolled back and that the pair serves again;
-    verification, run by the worker, reads the head (a step failed there) instead of calling it
-    unreachable. The next deploy of the site's own state changes nothing."""
+    to the state that served (adaptive, the lab's model), the time without service printed: the
+    run fails, naming the failing side with vLLM's reason from its log, saying it rolled back and
+    that the pair serves again; verification, run by the worker, reads the head (a step failed
+    there) instead of calling it unreachable. The next deploy of the site's own state changes
+    nothing."""
     url, key = api
     tables, profile, reason = FAILING[change]
     served = state(HEAD)
@@ -325,10 +315,13 @@ def test_a_change_that_does_not_serve_is_rolled_back(api, tmp_path, change):
         else:
             site = tmp_path / "site.toml"
             site.write_text(SITE.read_text() + "\n" + tables.format(build=load_site(SITE).images["lab-cpu"].build))
-        started = time.monotonic()
-        result = run("-y", "--data", f"profile={profile}", task="tasks/profile.py", site=site)
-    RECOVERED[f"{change}: the run, failed and rolled back"] = round(time.monotonic() - started, 1)
+        with Probe(url, key) as probe:
+            result = run("-y", "--data", f"profile={profile}", task="tasks/profile.py", site=site)
+            ended = time.monotonic()
+            while not probe.answered_after(ended) and time.monotonic() - ended < 30:
+                time.sleep(0.5)
     assert result.returncode != 0, result.stdout
+    DOWNTIME[f"{change}, rolled back"] = probe.downtime()
     assert re.search(rf"serving tiny \(profile {profile}\): no token after [\d.]+ s \(.*\); failing: .*spark-(head|worker): ", result.stdout), \
         result.stdout
     assert re.search(r"\|\s.*" + re.escape(reason), result.stdout) or reason in result.stdout, result.stdout
