@@ -107,8 +107,8 @@ def watchdog_row(name: str, role: str, reading: dict, head: dict | None, generat
                          "see the workers' rows: the head fails when a worker is gone", log)
         if generating:
             return Check(name, "watchdog", PASS, detail + ": the API already generates; its first probe is due")
-        return Check(name, "watchdog", WARN, detail + ": vLLM is starting (or waits for every worker to be fresh)",
-                     "wait for the first token; the API row says when it serves")
+        doing = "vLLM is loading" if live["state"] == "loading" else "it waits for every worker to be fresh, then starts vLLM"
+        return Check(name, "watchdog", WARN, f"{detail}: {doing}", "wait for the first token; the API row says when it serves")
     head_live = (head or {}).get("watchdog", {}).get("live")
     if live["state"] != "joined":
         if generating:
@@ -182,7 +182,7 @@ def failing_side(head: dict, workers: dict[str, dict | None]) -> str:
     if down(head):
         return "the head's container is down: see its rows"
     live = head["watchdog"]["live"] or {}
-    if live.get("state") == "waiting":
+    if live.get("state") in ("waiting", "loading"):
         return (f"the cluster is starting (the head's container {uptime(head['container']['started'], head['now'])}): "
                 "it serves once vLLM has loaded; run the status again in a minute")
     every = "both" if len(workers) == 1 else "all"

@@ -16,6 +16,15 @@ lab's trials):
   and ends its vLLM as soon as the head serves another one.
 - a head must not start vLLM while a worker still belongs to an old session: it waits until
   every worker says it is waiting (fresh), then starts.
+- a worker must not start vLLM long before the head: its rank retries the head's rendezvous with
+  a backoff that grows by half each time (torch's TCPStore client), so a worker that waited a
+  minute joins up to half a minute after the head is ready. A fresh worker waits until the head's
+  watchdog says its vLLM is loading, then starts.
+- vLLM ended by the watchdog is killed at once: the container restarts and nothing of the old run
+  is kept, while vLLM's own shutdown waits about ten seconds on ranks stuck in a collective.
+
+The head's watchdog says "waiting" (for fresh workers), "loading" (launch.sh has exec'd vLLM),
+then "serving", "busy" or "failing"; a worker's says "waiting", then "joined".
 
 Every status endpoint listens on the node's own fabric address only and carries no secret.
 
@@ -23,6 +32,7 @@ Every status endpoint listens on the node's own fabric address only and carries 
                   [--worker-ip WORKER_RAIL_IP ...]
     watchdog worker --ip WORKER_RAIL_IP --head-ip HEAD_RAIL_IP --port P --pid PID --state FILE
     watchdog wait-for-worker --worker-ip WORKER_RAIL_IP --port P --timeout S
+    watchdog wait-for-head --head-ip HEAD_RAIL_IP --port P --timeout S
     watchdog backoff --state FILE            (waits before a start when the last ones never served)
     watchdog check --ip RAIL_IP --port P     (Docker's health check: is this side serving?)
     watchdog status --ip RAIL_IP --port P --state FILE   (one JSON line, for `tasks/status.py`)
@@ -43,8 +53,9 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 FAILURES_TO_RESTART = 2
-WORKER_SILENCE = 5  # unanswered polls of a worker's watchdog, about 3 s apart
-STOP_GRACE = 20
+WORKER_SILENCE = 5  # unanswered polls of a worker's watchdog, about 1 s apart
+POLL = 0.5  # seconds between two looks at a peer while waiting for it
+SHELLS = ("sh", "dash", "bash")  # what runs launch.sh before it execs vLLM
 
 
 def log(message: str) -> None:
@@ -55,12 +66,18 @@ class Status:
     """This side's state, served as JSON on the fabric address."""
 
     def __init__(self, role: str):
-        self.value = {"role": role, "session": uuid.uuid4().hex, "state": "starting", "joined": None}
+        self.value = {"role": role, "session": uuid.uuid4().hex, "state": "waiting", "joined": None}
         self.lock = threading.Lock()
 
     def update(self, **changes) -> None:
         with self.lock:
             self.value.update(changes)
+
+    def advance(self, before: str, after: str) -> None:
+        """Set the state to ``after`` only if it is still ``before``."""
+        with self.lock:
+            if self.value["state"] == before:
+                self.value["state"] = after
 
     def serve(self, address: str, port: int) -> None:
         status = self
@@ -91,17 +108,26 @@ def peer_status(address: str, port: int, timeout: float = 3) -> dict | None:
 
 
 def end(pid: int, why: str) -> None:
-    """End vLLM (the container's main process): Docker restarts the container."""
+    """Kill vLLM (the container's main process) at once: Docker restarts the container."""
     log(f"ending vLLM: {why}")
     try:
-        os.kill(pid, signal.SIGTERM)
-        for _ in range(STOP_GRACE * 10):
-            time.sleep(0.1)
-            os.kill(pid, 0)
         os.kill(pid, signal.SIGKILL)
     except ProcessLookupError:
         pass
     os._exit(0)  # from whichever thread noticed
+
+
+def loading(pid: int, status: Status) -> None:
+    """Say "loading" once launch.sh (a shell) has exec'd vLLM in its process."""
+    while True:
+        try:
+            program = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        except OSError:
+            return
+        if program not in SHELLS:
+            status.advance("waiting", "loading")
+            return
+        time.sleep(0.1)
 
 
 def connections_to(address: str) -> int:
@@ -189,8 +215,8 @@ def head(args) -> None:
     key = Path(args.key_file).read_text().strip()
     serving = threading.Event()
     threading.Thread(target=watch_workers, args=(args, serving), daemon=True).start()
+    threading.Thread(target=loading, args=(args.pid, status), daemon=True).start()
     started, failures, served, work = time.monotonic(), 0, False, None
-    status.update(state="waiting")
     while True:
         time.sleep(args.interval if served else min(2, args.interval))  # the first token is noticed at once
         ok = generates(args.url, key)
@@ -219,7 +245,6 @@ def head(args) -> None:
 def worker(args) -> None:
     status = Status("worker")
     status.serve(args.ip, args.port)
-    status.update(state="waiting")
     joined = None
     while True:
         time.sleep(args.interval)
@@ -242,8 +267,21 @@ def wait_for_worker(args) -> None:
         if theirs and theirs["state"] == "waiting":
             log("the worker is waiting: starting vLLM")
             return
-        time.sleep(2)
+        time.sleep(POLL)
     log(f"no fresh worker after {args.timeout:.0f} s: starting vLLM anyway")
+
+
+def wait_for_head(args) -> None:
+    """A fresh worker starts vLLM once the head's is loading, so that its rank does not back off
+    from a rendezvous that is not there yet."""
+    deadline = time.monotonic() + args.timeout
+    while time.monotonic() < deadline:
+        theirs = peer_status(args.head_ip, args.port)
+        if theirs and theirs["state"] == "loading":
+            log("the head's vLLM is loading: starting vLLM")
+            return
+        time.sleep(POLL)
+    log(f"the head's vLLM is not loading after {args.timeout:.0f} s: starting vLLM anyway")
 
 
 def record(state: Path, **values) -> None:
@@ -306,12 +344,16 @@ def main(argv: list[str], prog: str) -> None:
     w.add_argument("--head-ip", required=True)
     w.add_argument("--port", type=int, required=True)
     w.add_argument("--pid", type=int, required=True)
-    w.add_argument("--interval", type=float, default=3)
+    w.add_argument("--interval", type=float, default=1)
     w.add_argument("--state", required=True, help="the backoff's state file")
     f = commands.add_parser("wait-for-worker")
     f.add_argument("--worker-ip", required=True)
     f.add_argument("--port", type=int, required=True)
     f.add_argument("--timeout", type=float, default=600)
+    g = commands.add_parser("wait-for-head")
+    g.add_argument("--head-ip", required=True)
+    g.add_argument("--port", type=int, required=True)
+    g.add_argument("--timeout", type=float, default=600)
     b = commands.add_parser("backoff")
     b.add_argument("--state", required=True)
     c = commands.add_parser("check")
@@ -322,6 +364,6 @@ def main(argv: list[str], prog: str) -> None:
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--state", required=True)
     args = parser.parse_args(argv)
-    {"head": head, "worker": worker, "wait-for-worker": wait_for_worker, "backoff": backoff, "check": check,
+    {"head": head, "worker": worker, "wait-for-worker": wait_for_worker, "wait-for-head": wait_for_head, "backoff": backoff, "check": check,
      "status": status}[args.command](args)
 

@@ -1,7 +1,8 @@
 """End to end on four lab nodes through the switch, from the factory state: the deploy
 converges them to one TP=4 vLLM serving through the head's API and the printed tunnel, a second
 run changes nothing, a switch port left at auto-negotiation (100G) is a verification FAIL with
-its fix, and a worker's vLLM killed heals with no one touching anything (the time printed)."""
+its fix, and each single fault (a worker's or the head's vLLM killed, a worker's Docker restarted,
+a worker stopped and started) heals with no one touching anything (the times printed)."""
 
 import re
 import time
@@ -13,7 +14,7 @@ from lab import faults
 from lab.config import CABLE_LAYOUTS
 from lab.processes import in_node
 from tests.cluster.conftest import MEASURED, NODES
-from tests.e2e.conftest import generates, pyinfra
+from tests.e2e.conftest import healed_after, pyinfra, reboot
 from tests.e2e.test_10_converge import changed_operations
 
 pytestmark = pytest.mark.end_to_end
@@ -76,17 +77,18 @@ def test_a_switch_port_at_100g_fails_verification_with_the_fix(cluster_lab, conv
     assert put_right.returncode == 0, put_right.stdout
 
 
-def test_a_killed_worker_vllm_heals_with_no_one_touching_anything(cluster_lab, converged):
-    node = cluster_lab.nodes[2]
-    assert generates(), "the cluster must serve before the fault"
-    started = time.monotonic()
-    assert faults.kill(node, "vllm serve"), f"no vLLM on {node.hostname}"
-    while generates():
-        assert time.monotonic() - started < 120, "the cluster still serves two minutes after a rank died"
-        time.sleep(1)
-    while not generates():
-        assert time.monotonic() - started < 900, "the cluster does not serve 15 minutes after the fault"
-        time.sleep(2)
-    took = time.monotonic() - started
-    MEASURED[f"{node.hostname} vLLM killed -> first served token"] = f"{took:.0f} s"
-    print(f"{node.hostname} vLLM killed -> serving again after {took:.0f} s")
+FAULTS = {  # by rank: the head is 0; each fault on another worker
+    "worker vLLM killed (rank 2)": lambda nodes: faults.kill(nodes[2], "vllm serve"),
+    "head vLLM killed": lambda nodes: faults.kill(nodes[0], "vllm serve"),
+    "Docker restarted on a worker (rank 1)": lambda nodes: faults.restart_docker(nodes[1]),
+    "worker stopped and started (rank 3)": lambda nodes: reboot(nodes[3]),
+}
+
+
+@pytest.mark.parametrize("name", FAULTS)
+def test_any_single_fault_heals_with_no_one_touching_anything(cluster_lab, converged, name):
+    """Every rank restarts for any of them (a tensor-parallel cluster has no spare): the time
+    from the fault to the first token served again is printed (the goal: 90 s)."""
+    took = healed_after(name, lambda: FAULTS[name](cluster_lab.nodes))
+    MEASURED[f"{name} -> first served token"] = f"{took:.0f} s"
+

@@ -107,6 +107,31 @@ def generates() -> bool:
         return False
 
 
+def healed_after(name: str, fault) -> float:
+    """Inject ``fault``; the cluster must stop serving, then serve again with no one touching it.
+    The seconds from the fault to the first token served again."""
+    assert generates(), "the cluster must serve before the fault"
+    started = time.monotonic()
+    fault()
+    while generates():
+        assert time.monotonic() - started < 120, f"{name}: the cluster still serves two minutes after the fault"
+        time.sleep(1)
+    while not generates():
+        assert time.monotonic() - started < 900, f"{name}: the cluster does not serve 15 minutes after the fault"
+        time.sleep(1)
+    return round(time.monotonic() - started, 1)
+
+
+def reboot(*which) -> None:
+    """Power the nodes off at once, then on."""
+    from lab import faults, nodes
+
+    for node in which:
+        faults.crash(node)
+    for node in which:
+        nodes.boot(node)
+
+
 def serving_after(timeout: float = 600) -> float:
     """Seconds until the head's API generates a token again (the watchdogs heal the cluster after
     a fault); fails the test past ``timeout``."""

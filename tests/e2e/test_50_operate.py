@@ -14,11 +14,11 @@ from pathlib import Path
 import pytest
 import requests
 
-from lab import faults, nodes
+from lab import faults
 from lab.config import HEAD, LAB_MODEL, WORKER
 from lab.processes import in_node
 from layout import store_entry
-from tests.e2e.conftest import RECOVERED, generates, pyinfra
+from tests.e2e.conftest import RECOVERED, generates, healed_after, pyinfra, reboot
 
 pytestmark = pytest.mark.end_to_end
 MODEL_CONFIG = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL}) + "/config.json"  # the served model's
@@ -77,28 +77,6 @@ def test_responses_chat_and_messages_answer_through_the_tunnel(clients, tunnel):
     assert requests.post(f"{base}/responses", timeout=30, json={"model": "tiny", "input": "x"}).status_code == 401
 
 
-def fault_and_heal(name: str, fault) -> None:
-    """Inject ``fault``; the pair must stop serving, then serve again with no one touching it."""
-    assert generates(), "the pair must serve before the fault"
-    started = time.monotonic()
-    fault()
-    deadline = started + 120
-    while generates():
-        assert time.monotonic() < deadline, f"{name}: the pair still serves two minutes after the fault"
-        time.sleep(1)
-    while not generates():
-        assert time.monotonic() - started < 900, f"{name}: the pair does not serve 15 minutes after the fault"
-        time.sleep(2)
-    RECOVERED[name] = round(time.monotonic() - started, 1)
-
-
-def reboot(*which) -> None:
-    for node in which:
-        faults.crash(node)
-    for node in which:
-        nodes.boot(node)
-
-
 FAULTS = {
     "worker vLLM killed": lambda: faults.kill(WORKER, "vllm serve"),
     "head vLLM killed": lambda: faults.kill(HEAD, "vllm serve"),
@@ -112,7 +90,7 @@ FAULTS = {
 
 @pytest.mark.parametrize("name", FAULTS)
 def test_the_pair_heals_itself(converged, name):
-    fault_and_heal(name, FAULTS[name])
+    RECOVERED[name] = healed_after(name, FAULTS[name])
 
 
 def test_a_crash_looping_worker_backs_off_and_status_names_it(converged):

@@ -61,10 +61,10 @@ class FakeApi:
 
 
 class FakeHead:
-    """A head watchdog's status endpoint on 127.0.0.2, whose session can change."""
+    """A head watchdog's status endpoint on 127.0.0.2, whose session and state can change."""
 
-    def __init__(self, port: int):
-        self.session = "a" * 32
+    def __init__(self, port: int, state: str = "serving"):
+        self.session, self.state = "a" * 32, state
         head = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -72,7 +72,7 @@ class FakeHead:
                 pass
 
             def do_GET(self):
-                data = json.dumps({"role": "head", "session": head.session, "state": "serving", "joined": None}).encode()
+                data = json.dumps({"role": "head", "session": head.session, "state": head.state, "joined": None}).encode()
                 self.send_response(200)
                 self.send_header("Content-Length", str(len(data)))
                 self.end_headers()
@@ -205,6 +205,48 @@ def test_a_head_waits_for_a_fresh_worker_only(tmp_path):
     finally:
         process.kill()
         worker.server.shutdown()
+
+
+def test_a_worker_starts_vllm_only_once_the_heads_is_loading():
+    """wait-for-head returns neither while the old head still serves nor while the new one waits
+    for its workers: only once the head's vLLM is loading, so the worker's rank meets the head's
+    rendezvous without a long backoff."""
+    port = free_port()
+    head = FakeHead(port)
+    process = watchdog("wait-for-head", "--head-ip", "127.0.0.2", "--port", str(port), "--timeout", "60")
+    try:
+        time.sleep(1)
+        head.session, head.state = "b" * 32, "waiting"
+        time.sleep(1)
+        assert process.poll() is None, "the worker started vLLM before the head's"
+        head.state = "loading"
+        process.wait(timeout=5)
+        assert "the head's vLLM is loading: starting vLLM" in process.stderr.read()
+    finally:
+        process.kill()
+        head.server.shutdown()
+
+
+def test_the_head_says_loading_once_its_launch_script_has_execd_vllm(tmp_path):
+    """The head's watchdog waits (for its workers) while launch.sh, a shell, runs; once the shell
+    has exec'd vLLM in the same process it says "loading"."""
+    launch = subprocess.Popen(["sh", "-c", "read go; exec sleep 300"], stdin=subprocess.PIPE, text=True)
+    api, port, key = FakeApi(), free_port(), tmp_path / "key"
+    api.mode = "dead"
+    key.write_text("secret")
+    process = watchdog("head", "--ip", "127.0.0.1", "--port", str(port), "--url", api.url, "--key-file", str(key),
+                       "--pid", str(launch.pid), "--interval", "0.2", "--state", str(tmp_path / "head-starts"))
+    try:
+        assert wait_for(lambda: state_of(port) is not None)
+        time.sleep(0.5)
+        assert state_of(port)["state"] == "waiting", "the head said loading while its launch script still waited"
+        launch.stdin.write("go\n")
+        launch.stdin.flush()
+        assert wait_for(lambda: state_of(port)["state"] == "loading", 5)
+    finally:
+        process.kill()
+        launch.kill()
+        launch.wait()
 
 
 def test_a_head_waits_for_every_worker_as_its_launch_script_does(tmp_path):

@@ -2,13 +2,14 @@
 # Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
 # The worker's vLLM, profile fast: shipped as a file and exec'd, so no argument is
 # quoted through nested shells (the --speculative-config JSON survives as written). Beside it runs
-# the watchdog (watchdog.py, sha256 9a6d4ded5a9d6e76...), which ends vLLM when this side can
+# the watchdog (watchdog.py, sha256 bba727b3942bca54...), which ends vLLM when this side can
 # no longer serve: Docker then restarts the container, with a backoff when it keeps failing to come up.
 set -eu
 watchdog() { /opt/env/bin/python /dual-spark/dual-spark.pyz watchdog "$@"; }
 watchdog backoff --state /dual-spark/state/worker-starts
 watchdog worker --ip 10.10.0.2 --head-ip 10.10.0.1 --port 25001 --pid $$ \
   --state /dual-spark/state/worker-starts &
+watchdog wait-for-head --head-ip 10.10.0.1 --port 25001 --timeout 600
 exec /opt/env/bin/vllm \
   serve \
   /model \
