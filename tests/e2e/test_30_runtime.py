@@ -212,33 +212,21 @@ def test_a_wrong_revision_is_named(hub, tmp_path):
     assert not [r for r in hub.requests if "/resolve/" in r]
 
 
-def test_a_full_disk_on_the_head_stops_before_a_byte_moves(hub, tmp_path):
-    """The head's store a 100 KiB disk: the hub's sizes for the revision, read before any
-    download, do not fit there; refused, naming the head and both numbers, and the pair serves on."""
-    small_disk_for_the_deploy(HEAD, "100k")
+@pytest.mark.parametrize("node, size", [(HEAD, "100k"), (WORKER, "512k")], ids=["head", "worker"])
+def test_a_hub_revision_too_big_for_a_node_stops_before_the_head_fetches(hub, tmp_path, node, size):
+    """A node's store a disk smaller than the revision (the model: 1.5 MiB): the hub's sizes,
+    read before any download, are checked against every node that will receive it; refused,
+    naming the node and both numbers, before the head downloads a byte, and the pair serves on."""
+    small_disk_for_the_deploy(node, size)
     try:
         result = pyinfra("-y", task=RUNTIME, site=hub_site(tmp_path, hub))
         assert result.returncode != 0
-        assert re.search(r"spark-head: /var/lib/dual-spark/model has [\d.]+ MiB free; lab/tiny-llama at \w+ needs [\d.]+ MiB more",
+        assert re.search(rf"{node.hostname}: /var/lib/dual-spark/model has [\d.]+ MiB free; lab/tiny-llama at \w+ needs [\d.]+ MiB more",
                          result.stdout), result.stdout
         assert not [r for r in hub.requests if r.startswith("GET") and "/resolve/" in r]
         assert serving_after(30) < 30  # nothing in service touched
     finally:
-        faults.free_disk(HEAD, MODEL_DIR)
-
-
-def test_a_hub_revision_too_big_for_the_worker_stops_before_the_head_fetches(hub, tmp_path):
-    """The worker's store a 512 KiB disk (the model: 1.5 MiB): the hub's sizes are checked
-    against every node that will receive the revision before the head downloads a byte."""
-    small_disk_for_the_deploy(WORKER, "512k")
-    try:
-        result = pyinfra("-y", task=RUNTIME, site=hub_site(tmp_path, hub))
-        assert result.returncode != 0
-        assert re.search(r"spark-worker: /var/lib/dual-spark/model has [\d.]+ MiB free; lab/tiny-llama at \w+ needs [\d.]+ MiB more",
-                         result.stdout), result.stdout
-        assert not [r for r in hub.requests if r.startswith("GET") and "/resolve/" in r]
-    finally:
-        faults.free_disk(WORKER, MODEL_DIR)
+        faults.free_disk(node, MODEL_DIR)
 
 
 def test_the_hub_path_fetches_once_with_the_token_and_never_shows_it(hub, tmp_path):
