@@ -130,9 +130,10 @@ def loading(pid: int, status: Status) -> None:
         time.sleep(0.1)
 
 
-def connections_to(address: str) -> int:
-    """Established TCP connections of this container's processes to ``address`` (IPv4), read
-    from /proc: the sockets of the processes this PID namespace shows."""
+def connections_to(address: str, besides: int) -> int:
+    """Established TCP connections of this container's processes to ``address`` (IPv4), on any
+    port but ``besides`` (the watchdogs' own, which wait-for-head polls), read from /proc: the
+    sockets of the processes this PID namespace shows."""
     ours = set()
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
@@ -147,7 +148,8 @@ def connections_to(address: str) -> int:
     for line in Path("/proc/net/tcp").read_text().splitlines()[1:]:
         fields = line.split()
         remote, state, inode = fields[2], fields[3], fields[9]
-        if state == "01" and remote.split(":")[0] == wanted and inode in ours:
+        host, port = remote.split(":")
+        if state == "01" and host == wanted and int(port, 16) != besides and inode in ours:
             count += 1
     return count
 
@@ -250,7 +252,7 @@ def worker(args) -> None:
         time.sleep(args.interval)
         theirs = peer_status(args.head_ip, args.port)
         if joined is None:
-            if theirs and connections_to(args.head_ip):
+            if theirs and connections_to(args.head_ip, besides=args.port):
                 joined = theirs["session"]
                 status.update(state="joined", joined=joined)
                 healthy(args.state)

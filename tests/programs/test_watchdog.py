@@ -150,10 +150,14 @@ def test_the_worker_leaves_a_head_session_that_is_gone(vllm, tmp_path):
     """It joins the session of the head it is connected to; a new head session ends it."""
     port = free_port()
     head = FakeHead(port)
-    link = socket.create_connection(("127.0.0.2", port))  # vLLM's connection to the head, as the worker has it
+    listener = socket.create_server(("127.0.0.2", 0))  # the head's vLLM rendezvous
+    links = [socket.create_connection(("127.0.0.2", port))]  # wait-for-head's, on the watchdogs' port: no link
     process = watchdog("worker", "--ip", "127.0.0.1", "--head-ip", "127.0.0.2", "--port", str(port),
                        "--pid", str(vllm.pid), "--interval", "0.2", "--state", str(tmp_path / "worker-starts"))
     try:
+        time.sleep(1)
+        assert (state_of(port) or {}).get("state") == "waiting", "a poll of the head's watchdog was taken for vLLM's link"
+        links.append(socket.create_connection(listener.getsockname()))  # vLLM's connection to the head
         assert wait_for(lambda: (state_of(port) or {}).get("joined") == head.session)
         assert state_of(port)["state"] == "joined" and vllm.poll() is None
         head.session = "b" * 32  # the head restarted: same address, a new session
@@ -161,7 +165,8 @@ def test_the_worker_leaves_a_head_session_that_is_gone(vllm, tmp_path):
         process.wait(timeout=10)
         assert "the head runs a new session bbbbbbbb (this worker joined aaaaaaaa)" in process.stderr.read()
     finally:
-        link.close()
+        for each in (*links, listener):
+            each.close()
         process.kill()
         head.server.shutdown()
 
@@ -272,7 +277,8 @@ def test_every_worker_leaves_a_head_session_that_is_gone(tmp_path):
     """Two workers join the head's session; a new head session ends both their vLLMs."""
     port = free_port()
     head = FakeHead(port)
-    link = socket.create_connection(("127.0.0.2", port))  # the ranks' connection to the head
+    listener = socket.create_server(("127.0.0.2", 0))  # the head's vLLM rendezvous
+    link = socket.create_connection(listener.getsockname())  # the ranks' connection to it
     sleepers = [subprocess.Popen(["sleep", "300"]) for _ in range(2)]
     processes = [watchdog("worker", "--ip", f"127.0.0.{n}", "--head-ip", "127.0.0.2", "--port", str(port),
                           "--pid", str(sleeper.pid), "--interval", "0.2", "--state", str(tmp_path / f"worker-{n}-starts"))
@@ -287,6 +293,7 @@ def test_every_worker_leaves_a_head_session_that_is_gone(tmp_path):
             assert "the head runs a new session bbbbbbbb (this worker joined aaaaaaaa)" in process.stderr.read()
     finally:
         link.close()
+        listener.close()
         for process, sleeper in zip(processes, sleepers):
             process.kill()
             sleeper.kill()
