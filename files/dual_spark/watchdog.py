@@ -261,29 +261,29 @@ def worker(args) -> None:
             end(args.pid, f"the head runs a new session {theirs['session'][:8]} (this worker joined {joined[:8]})")
 
 
-def wait_for_worker(args) -> None:
-    """The head starts vLLM only with a fresh worker waiting for it."""
-    deadline = time.monotonic() + args.timeout
+def wait_for_state(address: str, port: int, state: str, timeout: float, found: str, missing: str) -> None:
+    """Return once the watchdog at ``address`` says ``state``, or after ``timeout`` s, saying which."""
+    deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
-        theirs = peer_status(args.worker_ip, args.port)
-        if theirs and theirs["state"] == "waiting":
-            log("the worker is waiting: starting vLLM")
+        theirs = peer_status(address, port)
+        if theirs and theirs["state"] == state:
+            log(found)
             return
         time.sleep(POLL)
-    log(f"no fresh worker after {args.timeout:.0f} s: starting vLLM anyway")
+    log(f"{missing} after {timeout:.0f} s: starting vLLM anyway")
+
+
+def wait_for_worker(args) -> None:
+    """The head starts vLLM only with a fresh worker waiting for it."""
+    wait_for_state(args.worker_ip, args.port, "waiting", args.timeout,
+                   "the worker is waiting: starting vLLM", "no fresh worker")
 
 
 def wait_for_head(args) -> None:
     """A fresh worker starts vLLM once the head's is loading, so that its rank does not back off
     from a rendezvous that is not there yet."""
-    deadline = time.monotonic() + args.timeout
-    while time.monotonic() < deadline:
-        theirs = peer_status(args.head_ip, args.port)
-        if theirs and theirs["state"] == "loading":
-            log("the head's vLLM is loading: starting vLLM")
-            return
-        time.sleep(POLL)
-    log(f"the head's vLLM is not loading after {args.timeout:.0f} s: starting vLLM anyway")
+    wait_for_state(args.head_ip, args.port, "loading", args.timeout,
+                   "the head's vLLM is loading: starting vLLM", "the head's vLLM is not loading")
 
 
 def record(state: Path, **values) -> None:
