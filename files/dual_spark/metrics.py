@@ -10,6 +10,8 @@ read back for `tasks/status.py`.
         has them, its RDMA port's), the watchdog's backoff record and the starts seen in it, and
         the state that serves (profile, image, model revision) as an info metric. A reading that
         fails is left out, never guessed; dual_spark_collector_errors says which.
+    metrics ready --url URL [--wait SECONDS] [--after WHAT]
+        Wait until Prometheus answers /-/ready; fail saying where to look when it does not.
     metrics rates --url URL [--window SECONDS]
         One JSON line: every series the deploy's recording rules (dual_spark:*) recorded over the
         last --window seconds (its mean and last value), and the alerts pending or firing; or
@@ -346,6 +348,19 @@ def rates(args) -> None:
     print(json.dumps(reading))
 
 
+def ready(args) -> None:
+    deadline = time.monotonic() + args.wait
+    while True:
+        try:
+            with urllib.request.urlopen(f"{args.url}/-/ready", timeout=5):
+                return
+        except (OSError, ValueError) as error:
+            if time.monotonic() >= deadline:
+                sys.exit(f"Prometheus did not answer {args.url}/-/ready {args.wait:.0f} s after {args.after} ({error}): "
+                         "`journalctl -u prometheus` on the head says why")
+        time.sleep(1)
+
+
 def main(argv: list[str], prog: str) -> None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="command", required=True)
@@ -365,5 +380,9 @@ def main(argv: list[str], prog: str) -> None:
     r.add_argument("--url", required=True)
     r.add_argument("--window", type=float, default=300)
     r.add_argument("--timeout", type=float, default=10)
+    w = commands.add_parser("ready")
+    w.add_argument("--url", required=True)
+    w.add_argument("--wait", type=float, default=60)
+    w.add_argument("--after", default="its start", help="what it waits after, for the message")
     args = parser.parse_args(argv)
-    collect_loop(args) if args.command == "collect" else rates(args)
+    {"collect": collect_loop, "rates": rates, "ready": ready}[args.command](args)
