@@ -106,10 +106,13 @@ def prometheus_config(cluster: Cluster) -> str:
 
 
 def rule_files(cluster: Cluster) -> dict[str, str]:
-    """recording.yml and alerts.yml, rendered from templates/observability/."""
-    settings = cluster.settings
-    values = {"interval": settings.metrics_interval_seconds, "window": window(settings.metrics_interval_seconds),
-              "jobs": SCRAPE_JOBS, "expected_link_speed_mbps": settings.expected_link_speed_mbps}
+    """recording.yml and alerts.yml of the cluster, rendered from templates/observability/."""
+    return rules_for(cluster.settings.metrics_interval_seconds, cluster.settings.expected_link_speed_mbps)
+
+
+def rules_for(interval: int, expected_link_speed_mbps: int) -> dict[str, str]:
+    """recording.yml and alerts.yml for a scrape ``interval`` in seconds."""
+    values = {"interval": interval, "window": window(interval), "jobs": SCRAPE_JOBS, "expected_link_speed_mbps": expected_link_speed_mbps}
     return {name: render(f"observability/{name}.j2", **values) for name in ("recording.yml", "alerts.yml")}
 
 
