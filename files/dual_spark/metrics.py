@@ -340,7 +340,8 @@ def rates(args) -> None:
         reading["series"] = series_means(answer["data"]["result"])
         alerts = fetch(f"{args.url}/api/v1/alerts", args.timeout)["data"]["alerts"]
         reading["alerts"] = sorted(({"name": alert["labels"].get("alertname", ""), "state": alert["state"],
-                                     "labels": {k: v for k, v in alert["labels"].items() if k != "alertname"}} for alert in alerts),
+                                     "labels": {k: v for k, v in alert["labels"].items() if k != "alertname"},
+                                     "summary": alert.get("annotations", {}).get("summary", "")} for alert in alerts),
                                    key=lambda alert: (alert["name"], sorted(alert["labels"].items())))
         reading["ok"] = True
     except (OSError, ValueError, KeyError, TypeError) as error:

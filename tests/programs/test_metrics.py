@@ -215,6 +215,7 @@ def prometheus_api():
                      "values": [[1, "NaN"]]}]}}
             else:
                 body = {"status": "success", "data": {"alerts": [{"labels": {"alertname": "DualSparkRailSlow", "node": "spark-worker"},
+                                                                  "annotations": {"summary": "Rail 1 is slow"},
                                                                   "state": "firing", "value": "1e+05"}]}}
             data = json.dumps(body).encode()
             self.send_response(200)
@@ -241,7 +242,8 @@ def test_rates_read_the_recording_rules_and_the_alerts(prometheus_api):
         {"name": "dual_spark:decode_tokens_per_second:per_stream", "labels": {"node": "spark-head", "model_name": "tiny"}, "mean": 35.0,
          "last": 40.0},
         {"name": "dual_spark:kv_cache_usage:ratio", "labels": {"node": "spark-head", "model_name": "tiny"}, "mean": None, "last": None}]
-    assert reading["alerts"] == [{"name": "DualSparkRailSlow", "state": "firing", "labels": {"node": "spark-worker"}}]
+    assert reading["alerts"] == [{"name": "DualSparkRailSlow", "state": "firing", "labels": {"node": "spark-worker"},
+                                  "summary": "Rail 1 is slow"}]
 
 
 def test_rates_say_when_prometheus_does_not_answer():
