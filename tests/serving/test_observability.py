@@ -13,6 +13,7 @@ import subprocess
 import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import requests
@@ -149,3 +150,18 @@ def test_the_status_reads_the_rates_back(served):
     assert {"dual_spark:decode_tokens_per_second:per_stream", "dual_spark:generation_tokens_per_second:aggregate",
             "dual_spark:kv_cache_usage:ratio"} <= names
     assert reading["alerts"] == []
+
+
+def test_the_serving_benchmark_keeps_the_prometheus_view_of_its_run(served, vllm_server, tmp_path):
+    """bench.serving with --prometheus: the recording rules over its run, beside its own figures."""
+    done = subprocess.run([sys.executable, "-m", "bench.serving", "--url", vllm_server, "--model", "tiny", "--prompt-tokens", "300",
+                           "--concurrency", "1,2", "--requests", "2", "--max-tokens", "48", "--profile", "cpu-tiny", "--prometheus", served,
+                           "--out", str(tmp_path)], cwd=Path(__file__).resolve().parents[2],
+                          env={"PATH": "/usr/bin:/bin", "VLLM_API_KEY": API_KEY}, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    [raw] = tmp_path.glob("serving-cpu-tiny-*.json")
+    view = json.loads(raw.read_text())["prometheus"]
+    assert view["error"] is None and view["url"] == served and view["seconds"] >= 1
+    decode = view["rules"]["dual_spark:decode_tokens_per_second:per_stream"]
+    assert decode and decode[0]["mean"] > 0 and decode[0]["labels"] == {"node": "spark-head", "model_name": "tiny"}
+    assert "Prometheus over the run's" in done.stdout and "decode" in done.stdout
