@@ -49,6 +49,7 @@ DASHBOARDS = REPO / "files/observability/dashboards"
 STAGING = f"{RUN_DIR}/prometheus-check"
 GRAFANA_STAGING = f"{RUN_DIR}/grafana-check"
 READY_WAIT = 60  # seconds Prometheus has to answer /-/ready after a (re)start or a reload
+RULES = ("/recording.yml", "/alerts.yml")
 HEADER = "# Managed by the dual-spark deploy (tasks/observability.py): edits here are overwritten.\n"
 
 
@@ -70,6 +71,7 @@ class ObservabilitySettings:
     grafana_image: str
     grafana_port: int
     grafana_dir: str
+    show_program_diffs: bool  # the rules' and dashboards' full diffs, not one line each
     files: dict[str, str]  # path -> text of every file the deploy writes for it on this node
 
 
@@ -175,7 +177,7 @@ def observability_settings(cluster: Cluster, hostname: str) -> ObservabilitySett
         retention_days=settings.prometheus_retention_days, retention_gib=settings.prometheus_retention_gib,
         exporter_port=settings.node_exporter_port, programs=where["programs"], watchdog_state=f"{where['serving']}/{node.role}-starts",
         stack_dir=settings.stack_dir, grafana_image=settings.grafana_image if node.role == "head" else "",
-        grafana_port=settings.grafana_port, grafana_dir=grafana_dir, files=files)
+        grafana_port=settings.grafana_port, grafana_dir=grafana_dir, show_program_diffs=settings.show_program_diffs, files=files)
 
 
 def reading_arguments(settings: ObservabilitySettings) -> dict:
@@ -201,6 +203,18 @@ def put_text(path: str, text: str, info: dict | None):
         yield FileUploadCommand(BytesIO(text.encode()), path, remote_temp_filename=host.get_temp_filename(path))
     yield StringCommand("chown", "root:root", QuoteString(path))
     yield StringCommand("chmod", "644", QuoteString(path))
+
+
+def show_changed(path: str, text: str, info: dict | None, content: str | None, full: bool) -> None:
+    """The diff of a file that changes: configuration whole; the deploy's own content (``content``
+    names it: its rules, a dashboard) in one line, unless ``full``, as the programs are shown."""
+    exists = info is not None and info["kind"] == "file"
+    if content is None or full:
+        show_diff(path, host.get_fact(FileContents, path=path) if exists and host.state.config.DIFF else None, text)
+        return
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    show_line(f"Will {'modify' if exists else 'create'} {path} ({content}, {len(text.splitlines())} lines, sha256 {digest[:12]}"
+              f"{', was ' + info['sha256'][:12] if exists and info['sha256'] else ''}): full diff with --data show_program_diffs=true")
 
 
 def installed(reading: dict, role: str, wanted: list[str]):
@@ -297,8 +311,8 @@ def prometheus_running(settings: ObservabilitySettings):
         commands += put_text(dropin, settings.files[dropin], files.get(dropin))
     config_changed = [path for path in configs if differs(settings.files[path], files.get(path))]
     for path in config_changed:
-        exists = files.get(path, {}).get("kind") == "file"
-        show_diff(path, host.get_fact(FileContents, path=path) if exists and host.state.config.DIFF else None, settings.files[path])
+        show_changed(path, settings.files[path], files.get(path), "the deploy's rules" if path.endswith(RULES) else None,
+                     settings.show_program_diffs)
     if config_changed:
         commands.append(StringCommand("rm", "-rf", STAGING, "&&", "mkdir", "-p", STAGING))
         for path in configs:  # promtool checks the configuration with the rules it names
@@ -356,11 +370,8 @@ def grafana_running(settings: ObservabilitySettings):
     commands = []
     if changed:
         for path in changed:
-            if path.endswith(".json"):
-                show_line(f"Will {'modify' if current.get(path, {}).get('kind') == 'file' else 'create'} {path} (a dashboard)")
-            else:
-                exists = current.get(path, {}).get("kind") == "file"
-                show_diff(path, host.get_fact(FileContents, path=path) if exists and host.state.config.DIFF else None, wanted[path])
+            show_changed(path, wanted[path], current.get(path), "a dashboard" if path.endswith(".json") else None,
+                         settings.show_program_diffs)
         folders = sorted({posixpath.dirname(GRAFANA_STAGING + path[len(settings.grafana_dir):]) for path in wanted})
         commands.append(StringCommand("rm", "-rf", GRAFANA_STAGING, "&&", "mkdir", "-p", *folders))
         for path, text in wanted.items():
