@@ -4,6 +4,8 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="$REPO/.venv"
 LAB_PACKAGES=(debootstrap iproute2 openssh-client iputils-ping gcc netplan.io util-linux python3-venv)
+# The tests' own: a real browser renders the lab's Prometheus (tests/e2e/test_70_observability.py).
+TEST_PACKAGES=(chromium)
 
 need_root() {
   if [ "$(id -u)" -ne 0 ]; then
@@ -14,7 +16,7 @@ need_root() {
 
 install_lab_packages() {
   local missing=()
-  for package in "${LAB_PACKAGES[@]}"; do
+  for package in "${LAB_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
   done
   if [ ${#missing[@]} -gt 0 ]; then

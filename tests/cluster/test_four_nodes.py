@@ -1,7 +1,8 @@
 """End to end on four lab nodes through the switch, from the factory state: the deploy
 converges them to one TP=4 vLLM serving through the head's API and the printed tunnel, a second
 run changes nothing, a switch port left at auto-negotiation (100G) is a verification FAIL with
-its fix, and a worker's vLLM killed heals with no one touching anything (the time printed)."""
+its fix, the head's Prometheus scrapes every node's exporter over the fabric and sees that port
+in its rule, and a worker's vLLM killed heals with no one touching anything (the time printed)."""
 
 import re
 import time
@@ -9,11 +10,13 @@ import time
 import pytest
 import requests
 
+from bench.remote import forward, head_of
 from lab import faults
 from lab.config import CABLE_LAYOUTS
 from lab.processes import in_node
+from site_config import load_site
 from tests.cluster.conftest import MEASURED, NODES
-from tests.e2e.conftest import generates, pyinfra
+from tests.e2e.conftest import SITE, generates, pyinfra
 from tests.e2e.test_10_converge import changed_operations
 
 pytestmark = pytest.mark.end_to_end
@@ -74,6 +77,35 @@ def test_a_switch_port_at_100g_fails_verification_with_the_fix(cluster_lab, conv
     assert not re.search(r"spark-(head|worker[13])\s+rail \d \S+ link\s+FAIL", result.stdout), result.stdout
     put_right = pyinfra("-y", task="tasks/verify.py")
     assert put_right.returncode == 0, put_right.stdout
+
+
+def test_prometheus_scrapes_every_node_and_sees_a_port_at_100g(cluster_lab, converged):
+    """Every node's exporter is up on its rail 0 address; a port at 100G shows in the textfile
+    metrics and in the rule the alert reads (its 'for' is longer than this test waits)."""
+    cluster = load_site(SITE)
+    node, netdev = cluster_lab.nodes[2], CABLE_LAYOUTS["f0"][0][0]
+    with head_of(cluster) as client, forward(client, "127.0.0.1", cluster.settings.prometheus_port) as port:
+        url = f"http://127.0.0.1:{port}"
+
+        def query(expr: str) -> list[dict]:
+            return requests.get(f"{url}/api/v1/query", params={"query": expr}, timeout=30).json()["data"]["result"]
+
+        deadline = time.monotonic() + 120
+        while len(query('up{job="node"} == 1')) < NODES:
+            assert time.monotonic() < deadline, query('up{job="node"}')
+            time.sleep(2)
+        assert {series["metric"]["instance"] for series in query('up{job="node"}')} == {f"10.0.0.{rank + 1}:9100" for rank in range(NODES)}
+        faults.switch_port_autonegotiated(node, netdev)
+        try:
+            deadline = time.monotonic() + 120
+            while not query(f'dual_spark_rail_speed_mbps{{node="{node.hostname}", netdev="{netdev}"}} == 100000'):
+                assert time.monotonic() < deadline, "the collector never read the port at 100G"
+                time.sleep(2)
+            while not query('ALERTS{alertname="DualSparkRailSlow"}'):
+                assert time.monotonic() < deadline + 60, "the alert on the slow port is not even pending"
+                time.sleep(2)
+        finally:
+            faults.switch_port_autonegotiated(node, netdev, 200000)
 
 
 def test_a_killed_worker_vllm_heals_with_no_one_touching_anything(cluster_lab, converged):
