@@ -60,13 +60,9 @@ class ObservabilitySettings:
     hostname: str
     role: str
     rails: list[dict]
-    interval: int
     prometheus_port: int
-    retention_days: int
-    retention_gib: int
     exporter_port: int
     programs: str
-    watchdog_state: str
     stack_dir: str
     grafana_image: str
     grafana_port: int
@@ -173,11 +169,9 @@ def observability_settings(cluster: Cluster, hostname: str) -> ObservabilitySett
         if settings.grafana_image:
             files |= grafana_files(cluster, grafana_dir)
     return ObservabilitySettings(
-        hostname=hostname, role=node.role, rails=node.rail_data, interval=interval, prometheus_port=settings.prometheus_port,
-        retention_days=settings.prometheus_retention_days, retention_gib=settings.prometheus_retention_gib,
-        exporter_port=settings.node_exporter_port, programs=where["programs"], watchdog_state=f"{where['serving']}/{node.role}-starts",
-        stack_dir=settings.stack_dir, grafana_image=settings.grafana_image if node.role == "head" else "",
-        grafana_port=settings.grafana_port, grafana_dir=grafana_dir, show_program_diffs=settings.show_program_diffs, files=files)
+        hostname=hostname, role=node.role, rails=node.rail_data, prometheus_port=settings.prometheus_port,
+        exporter_port=settings.node_exporter_port, programs=where["programs"], stack_dir=settings.stack_dir,
+        grafana_image=settings.grafana_image if node.role == "head" else "", grafana_port=settings.grafana_port, grafana_dir=grafana_dir, show_program_diffs=settings.show_program_diffs, files=files)
 
 
 def reading_arguments(settings: ObservabilitySettings) -> dict:
