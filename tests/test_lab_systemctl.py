@@ -35,7 +35,7 @@ def root(tmp_path):
         "Restart=on-failure\nProtectSystem=full\n\n[Install]\nWantedBy=multi-user.target\n")
     (tmp_path / "etc/systemd/system/demo.service.d/50-lab.conf").write_text(
         f"[Service]\nExecStart=\nExecStart={sys.executable} {tmp_path}/service.py {tmp_path}/out --listen 10.0.0.1:9100 ${{WHERE}} $ARGS\n"
-        'Environment="WHERE=/var/lib/x y"\nRestart=always\nRestartSec=1\n')
+        'Environment="WHERE=/var/lib/x y"\nRestart=always\nRestartSec=0.2\n')
     (tmp_path / "lib/systemd/system/broken.service").write_text("[Service]\nExecStart=/bin/false\n")
     yield tmp_path
     systemctl(tmp_path, "stop", "demo")
