@@ -1,6 +1,7 @@
-"""The deploy's recording rules and dashboards against a real vLLM: Debian's own Prometheus (a
-temporary store, loopback, a port of its own) loads the rules the deploy writes and scrapes the
-CPU vLLM that tests/serving already serves (ngram speculation, so the acceptance counters move).
+"""The deploy's recording rules and dashboards against a real vLLM: Debian's own Prometheus, run
+with the flags of the deploy's drop-in (its retention) on a temporary store and a port of its own
+on loopback, loads the rules the deploy writes and scrapes the CPU vLLM that tests/serving
+already serves (ngram speculation, so the acceptance counters move).
 After a few requests, every recording rule about vLLM and every query of every vLLM dashboard
 panel returns data through Prometheus's own /api/v1/query; every `vllm:` name they use is in that
 vLLM's live /metrics; no alert fires on a healthy server; and `metrics rates` (what
@@ -9,6 +10,7 @@ vLLM's live /metrics; no alert fires on a healthy server; and `metrics rates` (w
 import json
 import math
 import re
+import shlex
 import subprocess
 import sys
 import threading
@@ -19,8 +21,9 @@ import pytest
 import requests
 import yaml
 
-from layout import SCRAPE_JOBS
-from operations.observability import dashboards, rules_for
+from layout import SCRAPE_JOBS, UNIT_FILES
+from operations.observability import dashboards, observability_settings, rules_for
+from tests.fake_host import site
 from tests.net import free_port
 from tests.observability import tool
 from tests.programs import ARCHIVE
@@ -29,6 +32,18 @@ from tests.serving.conftest import API_KEY
 pytestmark = pytest.mark.end_to_end
 INTERVAL = 1  # seconds between scrapes and rule evaluations here (the deploy's default is 15)
 VLLM_NAME = re.compile(r"\bvllm:[a-z0-9_:]+")
+
+
+def command(directory: Path, port: int) -> list[str]:
+    """The ExecStart of the deploy's drop-in for Prometheus (its flags: loopback, retention), with
+    this test's binary, files and port."""
+    dropin = observability_settings(site("pair"), "spark-head").files[UNIT_FILES["prometheus"]]
+    [line] = [line for line in dropin.splitlines() if line.startswith("ExecStart=/")]
+    flags = dict(arg.split("=", 1) for arg in shlex.split(line.removeprefix("ExecStart="))[1:])
+    assert flags.pop("--web.listen-address") == "127.0.0.1:9090"
+    flags |= {"--config.file": str(directory / "prometheus.yml"), "--storage.tsdb.path": str(directory / "data"),
+              "--web.listen-address": f"127.0.0.1:{port}"}
+    return [tool("prometheus"), *(f"{flag}={value}" for flag, value in flags.items())]
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +60,7 @@ def prometheus(vllm_server, tmp_path_factory):
     (directory / "prometheus.yml").write_text(yaml.safe_dump(config))
     port = free_port()
     log = open(directory / "prometheus.log", "w")
-    server = subprocess.Popen([tool("prometheus"), f"--config.file={directory / 'prometheus.yml'}", f"--storage.tsdb.path={directory / 'data'}",
-                               f"--web.listen-address=127.0.0.1:{port}"], stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    server = subprocess.Popen(command(directory, port), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
         deadline = time.monotonic() + 60
