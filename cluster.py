@@ -89,6 +89,14 @@ class Settings:
     reboot_worker: bool
     show_program_diffs: bool
     memory_floor_gib: float
+    observability: bool
+    prometheus_port: int
+    prometheus_retention_days: int
+    prometheus_retention_gib: int
+    node_exporter_port: int
+    metrics_interval_seconds: int
+    grafana_image: str
+    grafana_port: int
 
 
 @dataclass(frozen=True)

@@ -36,6 +36,24 @@ IN_CONTAINER = {
 }
 
 
+# Observability (tasks/observability.py): the OS's Prometheus and node exporter, configured through
+# drop-ins of their Debian units, and the deploy's collector writing the exporter's textfile.
+PROMETHEUS_DIR = "/etc/prometheus/dual-spark"  # prometheus.yml and its rule files, the deploy's
+PROMETHEUS_STORAGE = "/var/lib/prometheus/metrics2"  # Debian's
+TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # Debian's textfile directory
+TEXTFILE = f"{TEXTFILE_DIR}/dual-spark.prom"
+COLLECTOR_STATE = f"{TEXTFILE_DIR}/.dual-spark-collector.json"  # the starts the collector has seen (not *.prom: not read)
+UNITS = {"prometheus": "prometheus", "node_exporter": "prometheus-node-exporter", "collector": "dual-spark-metrics"}
+UNIT_FILES = {
+    "prometheus": "/etc/systemd/system/prometheus.service.d/50-dual-spark.conf",
+    "node_exporter": "/etc/systemd/system/prometheus-node-exporter.service.d/50-dual-spark.conf",
+    "collector": "/etc/systemd/system/dual-spark-metrics.service",
+}
+SCRAPE_JOBS = {"vllm": "vllm", "node": "node", "prometheus": "prometheus"}
+GRAFANA_PROJECT = "dual-spark-grafana"
+GRAFANA_DATASOURCE_UID = "dual-spark-prometheus"
+
+
 def ssh_options(connect_timeout: int = 5) -> list[str]:
     """ssh from one node to another (the deploy user's key): never a prompt, a dead peer fails fast."""
     return ["-o", "BatchMode=yes", "-o", f"ConnectTimeout={connect_timeout}"]

@@ -415,7 +415,7 @@ class Relations:
             self.error(where["api_host"], values["api_host"], "the API would answer beyond this machine: keep 127.0.0.1 "
                        "(reach it through an SSH tunnel), or set api_public = true in [settings] to mean it")
         ports: dict[int, str] = {self.ssh_port: "SSH (ssh.port)"}
-        for key in ("api_port", "master_port", "watchdog_port"):
+        for key in ("api_port", "master_port", "watchdog_port", "prometheus_port", "node_exporter_port", "grafana_port"):
             if values[key] in ports:
                 self.error(where[key], values[key], f"{ports[values[key]]} uses that port already: give each its own")
             ports.setdefault(values[key], key)

@@ -502,6 +502,16 @@ SETTINGS = {
     "reboot_worker": flag(),
     "show_program_diffs": flag(),
     "memory_floor_gib": Key(float, "use a number", above(0, 128, "use a number of GiB above 0 and at most 128")),
+    "observability": flag(),
+    "prometheus_port": port(),
+    "prometheus_retention_days": positive(3650, "keep 1 to 3650 days of samples (15 by default)"),
+    "prometheus_retention_gib": positive(1024, "cap the samples at 1 to 1024 GiB (8 by default): Prometheus drops the oldest beyond it"),
+    "node_exporter_port": port(),
+    "metrics_interval_seconds": Key(int, "use a whole number", between(5, 300, "scrape every 5 to 300 seconds (15 by default)")),
+    "grafana_image": text(lambda v: None if v == "" or DIGEST_REF.fullmatch(v) else
+                          "pin Grafana by digest, e.g. grafana/grafana-oss@sha256:<64 hex> (docker buildx imagetools inspect "
+                          "grafana/grafana-oss:TAG shows it), or \"\" for no Grafana"),
+    "grafana_port": port(),
 }
 
 # pyinfra connector keys a `--data` may set: connection details live in the site file, per node.

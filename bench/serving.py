@@ -6,7 +6,9 @@ concurrency C, N groups of C simultaneous requests; streaming, temperature 0, a 
 length. Per request: time to first token, decode tok/s (server-counted completion tokens after the
 first, over the time from the first to the last token) and end-to-end tok/s; per group: aggregate
 tok/s; mean, p50 and p95 of each. Speculative decoding per cell and per draft position comes from
-/metrics snapshots around each cell. Writes one raw JSON file per run.
+/metrics snapshots around each cell. With Prometheus on the head (a site with observability on, or
+--prometheus), the deploy's recording rules over the run are kept beside these figures. Writes one
+raw JSON file per run.
 
     python -m bench.serving --url http://127.0.0.1:8888 --concurrency 1,4 --requests 3 --profile adaptive
     python -m bench.serving --via-ssh spark@spark-head ...   # the API on the head's loopback
@@ -21,7 +23,7 @@ from urllib.parse import urlparse
 
 import click
 
-from bench import cli
+from bench import cli, prometheus
 from bench.endpoint import Endpoint, fit_prompts, read_api_key, served_model, through_site
 from bench.load import run_benchmark, warm_up
 from bench.parsers import parse_nvidia_smi_csv
@@ -53,15 +55,18 @@ TELEMETRY_QUERY = "timestamp,name,utilization.gpu,memory.used,memory.total,tempe
 @click.option("--via-ssh", type=cli.SshTarget(), help="user@head: reach the API through an SSH tunnel to the head.")
 @click.option("--ssh-key", type=cli.TextFile(), help="Private key for --via-ssh and --telemetry.")
 @click.option("--telemetry", type=cli.SshTarget(), multiple=True, help="user@node to sample nvidia-smi on during the run (repeatable).")
+@click.option("--prometheus", "prometheus_url", type=cli.Url(),
+              help="A Prometheus with the deploy's rules, reachable from here (with --site: the head's, tunnelled, when observability is on).")
 @click.option("--out", "out_dir", default="bench/results", show_default=True, type=cli.OutputDir())
 def main(url, model, api_key_env, api_key_file, cluster, accept_new_host_key, sizes, concurrencies, groups, max_tokens,
-         ignore_eos, profile, model_revision, image_id, via_ssh, ssh_key, telemetry, out_dir):
+         ignore_eos, profile, model_revision, image_id, via_ssh, ssh_key, telemetry, prometheus_url, out_dir):
     """Measure decode tok/s, TTFT and aggregate throughput; write raw JSON."""
     endpoint = Endpoint(url.rstrip("/"), model, read_api_key(api_key_env, api_key_file))
     identity = {}
     with ExitStack() as stack:
         if cluster:
             endpoint.url, endpoint.api_key, identity = through_site(stack, cluster, accept_new_host_key)
+            prometheus_url = prometheus_url or prometheus.through_site(stack, cluster, accept_new_host_key)
         elif via_ssh:
             parsed = urlparse(endpoint.url)
             client = stack.enter_context(connect(Target.parse(via_ssh, ssh_key), accept_new=accept_new_host_key))
@@ -79,6 +84,8 @@ def main(url, model, api_key_env, api_key_file, cluster, accept_new_host_key, si
         warm_up(endpoint, prompts[0])
         measured = run_benchmark(endpoint, prompts, concurrencies, groups, max_tokens, ignore_eos)
         samples = {spec: parse_nvidia_smi_csv(stream.stop()) for spec, stream in streams.items()}
+        seconds = (datetime.now(UTC) - started).total_seconds()
+        view = prometheus.run_window(prometheus_url.rstrip("/"), seconds) if prometheus_url else None
     profile = profile or identity.get("profile", "unknown")
     record = {
         "schema_version": SCHEMA_VERSION,
@@ -92,6 +99,7 @@ def main(url, model, api_key_env, api_key_file, cluster, accept_new_host_key, si
                      "temperature": 0.0, "ignore_eos": ignore_eos, "warmup_requests": 1},
         **measured,
         "telemetry": samples,
+        "prometheus": view,
     }
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"serving-{profile}-{started.strftime('%Y%m%dT%H%M%SZ')}.json"
@@ -117,6 +125,8 @@ def print_summary(record: dict) -> None:
     for row in record["speculation"]:
         verdict = row["why"] or f"favours {row['favoured_length']} speculative tokens (of {row['measured_length']} measured)"
         click.echo(f"  {row['prompt']} C{row['concurrency']}: {verdict}")
+    if record.get("prometheus") and (line := prometheus.summary(record["prometheus"])):
+        click.echo(line)
 
 
 if __name__ == "__main__":

@@ -29,6 +29,8 @@ def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None])
         workers = {other: reading for other, reading in readings.items() if other != name}
         checks += api_rows(name, mine, workers, cluster.profiles[mine_profile(mine, cluster)])
         checks += record_rows(name, mine)
+        if mine.get("prometheus") is not None:
+            checks += prometheus_rows(name, mine["prometheus"])
     checks.append(memory_row(name, mine["memory"]))
     configured = {rail["netdev"] for rail in node.rail_data}
     rdma = mine["rdma"]["devices"]
@@ -197,3 +199,48 @@ def memory_row(name: str, memory: dict) -> Check:
     used = memory["total_gib"] - memory["available_gib"]
     source = memory["source"] + (f", {', '.join(memory['gpus'])}" if memory["gpus"] else "")
     return Check(name, "GPU memory", PASS, f"{used:.1f} of {memory['total_gib']} GiB in use ({source})")
+
+
+# The recording rules (templates/observability/recording.yml.j2) the status shows, and how.
+RATES = [
+    ("dual_spark:decode_tokens_per_second:per_stream", "decode {:.1f} tok/s per stream"),
+    ("dual_spark:generation_tokens_per_second:aggregate", "{:.1f} tok/s in all"),
+    ("dual_spark:time_to_first_token_seconds:mean", "TTFT {:.2f} s"),
+    ("dual_spark:time_to_first_token_seconds:p95", "(p95 {:.2f} s)"),
+    ("dual_spark:requests_waiting", "{:.1f} waiting"),
+    ("dual_spark:kv_cache_usage:ratio", "KV cache {:.0%} in use"),
+    ("dual_spark:preemptions_per_second", "{:.2f} preemptions/s"),
+    ("dual_spark:spec_decode_acceptance:ratio", "{:.0%} of draft tokens accepted"),
+    ("dual_spark:spec_decode_acceptance_length:mean", "{:.2f} tokens per step"),
+]
+PROMETHEUS_FIX = ("the deploy starts it (tasks/observability.py); `systemctl status prometheus` and `journalctl -u prometheus` "
+                  "on the head say why it stopped")
+
+
+def prometheus_rows(name: str, prometheus: dict) -> list[Check]:
+    """The head's Prometheus: the last five minutes of the recording rules, and the alerts pending
+    or firing (a critical one firing fails the status)."""
+    if not prometheus.get("ok"):
+        return [Check(name, "metrics (Prometheus)", WARN, prometheus.get("error") or "Prometheus did not answer", PROMETHEUS_FIX)]
+    means: dict[str, float] = {}
+    for series in prometheus["series"]:
+        if series.get("mean") is not None and series["name"] not in means:
+            means[series["name"]] = series["mean"]
+    minutes = round(prometheus.get("window_seconds", 300) / 60)
+    parts = [text.format(means[rule]) for rule, text in RATES if rule in means]
+    detail = ", ".join(parts).replace(", (p95", " (p95") if parts else "no request in that time"
+    checks = [Check(name, f"metrics (last {minutes} min)", PASS, detail)]
+    firing = [alert for alert in prometheus["alerts"] if alert["state"] == "firing"]
+    pending = [alert for alert in prometheus["alerts"] if alert["state"] == "pending"]
+    if not firing:
+        checks.append(Check(name, "alerts", PASS, "none firing" + (f"; pending: {alert_names(pending)}" if pending else "")))
+    else:
+        critical = any(alert["labels"].get("severity") == "critical" for alert in firing)
+        checks.append(Check(name, "alerts", FAIL if critical else WARN, f"firing: {alert_names(firing)}",
+                            "each names what to look at (Prometheus's /alerts page through the tunnel: docs/observability.md)",
+                            tuple(alert["summary"] for alert in firing if alert.get("summary"))))
+    return checks
+
+
+def alert_names(alerts: list[dict]) -> str:
+    return ", ".join(f"{alert['name']} ({alert['labels']['node']})" if alert["labels"].get("node") else alert["name"] for alert in alerts)

@@ -15,6 +15,8 @@ from facts.gpu import GpuMemory, Memory
 from facts.serving import CONTAINER, Container, container_command, container_reading, record_sections, records_reading
 from facts.verify import api_reading
 
+RATES_WINDOW = 300  # seconds of the recording rules the status shows: the last five minutes
+
 
 class Watchdog(TypedDict):
     live: dict | None
@@ -32,6 +34,7 @@ class Status(TypedDict):
     rdma: Rdma
     api: dict | None
     records: dict[str, dict | None]
+    prometheus: dict | None
     unreadable: list[str]
 
 
@@ -42,7 +45,8 @@ class ServingStatus(FactBase[Status]):
     fabric (None when none answers) and the backoff record; ``log`` the container's last
     ``log_lines`` lines; ``api`` (on the head, where ``api`` names the URL and key file) what
     `health --metrics` read; ``records`` the states that served, recorded in ``stack_dir``
-    (ServingState's).
+    (ServingState's); ``prometheus`` (on the head, where ``prometheus`` names its URL) what
+    `metrics rates` read: the recording rules of the last five minutes and the alerts.
 
     .. code:: python
 
@@ -51,17 +55,20 @@ class ServingStatus(FactBase[Status]):
                       "starts": {"failed_starts": 0, "healthy": True}, "unreadable": []},
          "log": ["(APIServer pid=1) INFO ..."], "memory": {...GpuMemory...}, "links": {...NetLinks...},
          "rdma": {...RdmaDevices...}, "api": {"ok": True, "model": "tiny", "max_model_len": 512, "metrics": {"spec": {"drafts": 40, ...}, ...}, ...},
-         "records": {"served": {...}, "rollback": None}, "unreadable": []}
+         "records": {"served": {...}, "rollback": None},
+         "prometheus": {"ok": True, "series": [{"name": "dual_spark:decode_tokens_per_second:per_stream", "labels": {...},
+                                                "mean": 34.5, "last": 35.1}, ...], "alerts": [], ...}, "unreadable": []}
     """
 
     @staticmethod
     def default() -> Status:
         return {"now": None, "container": None, "watchdog": {"live": None, "starts": None, "unreadable": []}, "log": [],
                 "memory": GpuMemory.default(), "links": NetLinks.default(),
-                "rdma": RdmaDevices.default(), "api": None, "records": {"served": None, "rollback": None}, "unreadable": []}
+                "rdma": RdmaDevices.default(), "api": None, "records": {"served": None, "rollback": None}, "prometheus": None,
+                "unreadable": []}
 
     def command(self, programs: str, rail_ip: str, port: int, state_file: str, log_lines: int, stack_dir: str,
-                api: dict | None = None) -> StringCommand:
+                api: dict | None = None, prometheus: str | None = None) -> StringCommand:
         background = {
             "container": container_command(),
             "watchdog": StringCommand("python3", QuoteString(programs), "watchdog", "status", "--ip", rail_ip, "--port", str(port),
@@ -73,6 +80,9 @@ class ServingStatus(FactBase[Status]):
             background["api"] = StringCommand("python3", QuoteString(programs), "health", "--url", QuoteString(api["url"]),
                                               "--key-file", QuoteString(api["key_file"]), "--timeout", "10", "--metrics",
                                               "2>/dev/null")
+        if prometheus:
+            background["prometheus"] = StringCommand("python3", QuoteString(programs), "metrics", "rates", "--url", QuoteString(prometheus),
+                                                     "--window", str(RATES_WINDOW), "--timeout", "5", "2>/dev/null")
         return combined({"now": StringCommand("date", "-u", "+%Y-%m-%dT%H:%M:%SZ"), "links": NetLinks().command(),
                          "rdma": RdmaDevices().command(), **record_sections(stack_dir)}, background)
 
@@ -91,8 +101,21 @@ class ServingStatus(FactBase[Status]):
             "rdma": RdmaDevices().process(sections.get("rdma", [])),
             "api": api_reading(sections.get("api")),
             "records": records,
+            "prometheus": prometheus_reading(sections["prometheus"]) if "prometheus" in sections else None,
             "unreadable": sections[""] + unreadable + bad,
         }
+
+
+def prometheus_reading(lines: list[str]) -> dict:
+    """What `metrics rates` printed; a reading that says why when it printed nothing readable."""
+    found = [line for line in lines if line.strip()]
+    try:
+        value = json.loads(found[-1])
+        if isinstance(value, dict) and isinstance(value.get("series"), list) and isinstance(value.get("alerts"), list):
+            return value
+    except (ValueError, IndexError):
+        pass
+    return {"ok": False, "series": [], "alerts": [], "error": "`metrics rates` printed nothing readable" + (f": {found[-1][:200]}" if found else "")}
 
 
 def watchdog_reading(lines: list[str]) -> Watchdog:

@@ -73,3 +73,18 @@ reboot_worker = False
 
 # Verification
 memory_floor_gib = 95
+
+# Observability (docs/observability.md): Prometheus from the OS's packages on the head, on loopback,
+# scraping vLLM and a node exporter on every node (on its rail 0 address), with the deploy's
+# recording and alert rules; the deploy's own collector adds the GPU, the rails, the watchdog and
+# the state that serves. false: none of it is installed or changed (nothing is removed).
+observability = True
+prometheus_port = 9090  # on the head's loopback, like the API: reach it through the SSH tunnel
+prometheus_retention_days = 15  # samples older than this are dropped...
+prometheus_retention_gib = 8  # ...and the oldest too once the store is this big: it never fills the disk
+node_exporter_port = 9100  # on each node's rail 0 address, never the management LAN
+metrics_interval_seconds = 15  # how often Prometheus scrapes and the collector reads
+# Grafana on the head, on loopback, from an image pinned by digest (registry/name@sha256:<64 hex>),
+# with the deploy's dashboards; "": no Grafana (the dashboards are in files/observability/dashboards/)
+grafana_image = ""
+grafana_port = 3000

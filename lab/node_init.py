@@ -2,7 +2,8 @@
 IPC and PID namespaces: mounts the node's /proc, /sys (with its cgroup hierarchies), /dev, /run
 and /tmp inside its root, lays the emulated hardware over them, then supervises the node's
 services as systemd would on a Spark: sshd, and dockerd (restarted whenever it exits, like
-docker.service's Restart=always). When sshd ends, the node ends.
+docker.service's Restart=always), and at boot the units enabled through the lab's systemctl
+(lab/factory/usr/local/sbin/systemctl). When sshd ends, the node ends.
 
     python3 node_init.py NODE_DIR HOSTNAME CGROUP_PARENT MANAGEMENT_ADDRESS/PREFIX
 """
@@ -123,6 +124,11 @@ def boot_settings() -> None:
             subprocess.run(["ip", "link", "set", netdev, "up"], check=False)
     if any(Path("/etc/netplan").glob("*.yaml")):
         subprocess.run(["/usr/sbin/netplan", "apply"], check=False)
+    # The units enabled through the lab's systemctl (the deploy's Prometheus, node exporter and
+    # collector), once the rails have their addresses, as systemd starts multi-user.target's.
+    enabled = Path("/var/lib/sparklab-units/enabled")
+    for unit in sorted(enabled.iterdir()) if enabled.is_dir() else []:
+        subprocess.run(["/usr/local/sbin/systemctl", "start", unit.name], check=False)
 
 
 def supervise(cgroup_parent: str, docker_log) -> None:

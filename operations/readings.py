@@ -23,6 +23,7 @@ from facts.fabric import FabricState
 from facts.host_prep import HostSettings, ManagedPaths, PackageStatus, UserGroups
 from facts.identity import MachineIds
 from facts.node import NodeState
+from facts.observability import ObservabilityState
 from facts.runtime import ImageState, ModelState
 from facts.serving import ModelHeads, ServingState
 from facts.ssh_trust import SshTrust
@@ -59,6 +60,10 @@ def step_readings(cluster: Cluster, name: str) -> list[tuple[type[FactBase], dic
     ]
     if cluster.logins_from(node):
         readings.append((SshTrust, {"user": user, "netdevs": [rail["netdev"] for rail in node.rail_data]}))
+    if settings.observability:
+        from operations.observability import observability_settings, reading_arguments  # it reads through this module
+
+        readings.append((ObservabilityState, reading_arguments(observability_settings(cluster, name))))
     return readings
 
 

@@ -22,8 +22,10 @@ def read_status(node) -> dict | None:
     settings, me = cluster.settings, cluster.node(node.name)
     where = paths(settings.state_dir, settings.model_dir)
     api = {"url": f"http://{settings.api_host}:{settings.api_port}", "key_file": where["api_key"]} if me.role == "head" else None
+    prometheus = {"prometheus": f"http://127.0.0.1:{settings.prometheus_port}"} if me.role == "head" and settings.observability else {}
     return node.get_fact(ServingStatus, programs=where["programs"], rail_ip=me.fabric_addresses[0], port=settings.watchdog_port,
-                         state_file=f"{where['serving']}/{me.role}-starts", log_lines=LOG_LINES, stack_dir=settings.stack_dir, api=api)
+                         state_file=f"{where['serving']}/{me.role}-starts", log_lines=LOG_LINES, stack_dir=settings.stack_dir, api=api,
+                         **prometheus)
 
 
 def cluster_status(nodes: list) -> list[Check]:

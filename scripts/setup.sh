@@ -4,6 +4,8 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="$REPO/.venv"
 LAB_PACKAGES=(debootstrap iproute2 openssh-client iputils-ping gcc netplan.io util-linux python3-venv)
+# The tests' own: a real browser renders the lab's Prometheus (tests/e2e/test_70_observability.py).
+TEST_PACKAGES=(chromium)
 
 need_root() {
   if [ "$(id -u)" -ne 0 ]; then
@@ -14,7 +16,7 @@ need_root() {
 
 install_lab_packages() {
   local missing=()
-  for package in "${LAB_PACKAGES[@]}"; do
+  for package in "${LAB_PACKAGES[@]}" "$@"; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "ok installed" || missing+=("$package")
   done
   if [ ${#missing[@]} -gt 0 ]; then
@@ -34,4 +36,28 @@ install_venv() {
     "$VENV/bin/pip" install -q -r "$REPO/requirements.txt"
     cp "$REPO/requirements.txt" "$VENV/.requirements.txt"
   fi
+}
+
+# Debian's Prometheus tools for the tests: promtool checks what the deploy writes for Prometheus,
+# and tests/serving runs a real Prometheus against a real vLLM. Unpacked from Debian's package into
+# the lab's cache (readable by every user: CI's fast tier runs them as an ordinary user too), never
+# installed, so no service starts on this machine. One on PATH is used instead.
+PROMETHEUS_CACHE=${SPARKLAB_CACHE:-/var/cache/sparklab}
+install_prometheus_tools() {
+  if command -v promtool >/dev/null && command -v prometheus >/dev/null; then
+    return
+  fi
+  if ls "$PROMETHEUS_CACHE"/prometheus-*/bin/promtool >/dev/null 2>&1; then
+    return
+  fi
+  echo "--> Unpacking Debian's prometheus (promtool and prometheus, for the tests) into $PROMETHEUS_CACHE"
+  local work deb version
+  work=$(mktemp -d)
+  (cd "$work" && { apt-get download prometheus >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus >/dev/null; }; })
+  deb=$(ls "$work"/prometheus_*.deb)
+  version=$(dpkg-deb -f "$deb" Version)
+  dpkg-deb -x "$deb" "$work/root"
+  mkdir -p "$PROMETHEUS_CACHE/prometheus-$version/bin"
+  install -m 755 "$work/root/usr/bin/prometheus" "$work/root/usr/bin/promtool" "$PROMETHEUS_CACHE/prometheus-$version/bin/"
+  rm -rf "$work"
 }

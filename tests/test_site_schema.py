@@ -205,6 +205,13 @@ USER_MISTAKES = [
     (with_("profile.adaptive.adaptive_verification", "yes"), "profile.adaptive.adaptive_verification"),
     (with_("profile.adaptive", {"speculative_tokens": 0, "adaptive_verification": False}), "profile.adaptive.adaptive_verification"),
     (with_("settings.speculative_options", {"num_speculative_tokens_per_batch_size": [[1, 4, 3]]}), "settings.speculative_options"),
+    # observability
+    (with_("settings.prometheus_port", 8888), "settings.prometheus_port"),
+    (with_("settings.node_exporter_port", 25001), "settings.node_exporter_port"),
+    (with_("settings.prometheus_retention_gib", 0), "settings.prometheus_retention_gib"),
+    (with_("settings.prometheus_retention_days", "15d"), "settings.prometheus_retention_days"),
+    (with_("settings.metrics_interval_seconds", 1), "settings.metrics_interval_seconds"),
+    (with_("settings.observability", "yes"), "settings.observability"),
 ]
 
 
@@ -364,6 +371,9 @@ GRAMMAR_MISTAKES = [
     (with_("settings.container_mounts", ["/opt/dual-spark"], with_("settings.state_dir", "/opt/dual-spark/state")),
      "settings.container_mounts[0]", "API key"),
     (with_("node.0.rail", [{**GOOD["node"][0]["rail"][0], "netdev": f"n{i}", "rdma": f"r{i}"} for i in range(5)]), "node[0].rail", "1 to 4"),
+    (with_("settings.grafana_image", "grafana/grafana-oss:latest"), "settings.grafana_image", "pin Grafana by digest"),
+    (with_("settings.prometheus_port", 8888), "settings.prometheus_port", "api_port uses that port already"),
+    (with_("settings.prometheus_retention_gib", 4096), "settings.prometheus_retention_gib", "1 to 1024 GiB"),
 ]
 
 

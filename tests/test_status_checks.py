@@ -167,3 +167,46 @@ def test_status_names_the_state_that_serves_and_the_one_a_rollback_returns_to():
 
     none = rows(reading("head", records={"served": None, "rollback": None}), reading("worker"))
     assert none["spark-head", "serving state"].status == WARN and none["spark-head", "rollback state"].detail == "none recorded yet"
+
+
+RATES = {"ok": True, "url": "http://127.0.0.1:9090", "window_seconds": 300, "error": None, "alerts": [], "series": [
+    {"name": "dual_spark:decode_tokens_per_second:per_stream", "labels": {"node": "spark-head", "model_name": "tiny"}, "mean": 34.54,
+     "last": 35.0},
+    {"name": "dual_spark:generation_tokens_per_second:aggregate", "labels": {"node": "spark-head"}, "mean": 75.44, "last": 70.0},
+    {"name": "dual_spark:time_to_first_token_seconds:mean", "labels": {}, "mean": 0.412, "last": 0.4},
+    {"name": "dual_spark:time_to_first_token_seconds:p95", "labels": {}, "mean": 0.917, "last": 0.9},
+    {"name": "dual_spark:kv_cache_usage:ratio", "labels": {}, "mean": 0.123, "last": 0.1},
+    {"name": "dual_spark:spec_decode_acceptance:ratio", "labels": {}, "mean": None, "last": None},
+    {"name": "dual_spark:spec_decode_acceptance_length:mean", "labels": {}, "mean": 3.41, "last": 3.4}]}
+ALERT = {"name": "DualSparkRailSlow", "state": "firing", "labels": {"node": "spark-worker", "severity": "warning", "rail": "1"},
+         "summary": "Rail 1 (enP2p1s0f0np0) of spark-worker runs below 200000 Mb/s"}
+
+
+def test_the_head_shows_the_last_five_minutes_of_the_recording_rules():
+    found = rows(reading("head", prometheus=RATES), reading("worker"))
+    row = found["spark-head", "metrics (last 5 min)"]
+    assert row.status == PASS
+    assert row.detail == ("decode 34.5 tok/s per stream, 75.4 tok/s in all, TTFT 0.41 s (p95 0.92 s), KV cache 12% in use, "
+                          "3.41 tokens per step")  # a rule with no value in the window is left out
+    assert found["spark-head", "alerts"].status == PASS and found["spark-head", "alerts"].detail == "none firing"
+    quiet = rows(reading("head", prometheus={**RATES, "series": []}), reading("worker"))
+    assert quiet["spark-head", "metrics (last 5 min)"].detail == "no request in that time"
+
+
+def test_an_alert_firing_is_named_with_what_it_says():
+    found = rows(reading("head", prometheus={**RATES, "alerts": [ALERT, {**ALERT, "name": "DualSparkKvCacheFull", "state": "pending",
+                                                                          "labels": {"node": "spark-head"}}]}), reading("worker"))
+    alerts = found["spark-head", "alerts"]
+    assert alerts.status == WARN and alerts.detail == "firing: DualSparkRailSlow (spark-worker)"
+    assert alerts.lines == (ALERT["summary"],)
+    critical = {**ALERT, "name": "DualSparkApiDown", "labels": {"node": "spark-head", "severity": "critical"}}
+    assert rows(reading("head", prometheus={**RATES, "alerts": [critical]}), reading("worker"))["spark-head", "alerts"].status == FAIL
+    pending = rows(reading("head", prometheus={**RATES, "alerts": [{**ALERT, "state": "pending"}]}), reading("worker"))
+    assert pending["spark-head", "alerts"].detail == "none firing; pending: DualSparkRailSlow (spark-worker)"
+
+
+def test_a_prometheus_that_does_not_answer_is_a_warning_with_its_fix():
+    down = {"ok": False, "series": [], "alerts": [], "error": "no answer at http://127.0.0.1:9090: <urlopen error [Errno 111] Connection refused>"}
+    row = rows(reading("head", prometheus=down), reading("worker"))["spark-head", "metrics (Prometheus)"]
+    assert row.status == WARN and "Connection refused" in row.detail and "systemctl status prometheus" in row.fix
+    assert not any(item.startswith("metrics") for _, item in rows(reading("head"), reading("worker")))  # observability off: no row

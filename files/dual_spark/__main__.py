@@ -5,6 +5,7 @@
     progress  progress lines of a long step: a counting pipe, a command watched
     health    does the API generate a token (and vLLM's metrics)
     watchdog  beside vLLM in each container: ends it when this side can no longer serve
+    metrics   the node exporter's textfile of Spark metrics; the head's Prometheus read back
 
 `PROGRAM --help` tells each one's arguments.
 """
@@ -15,7 +16,7 @@ import importlib
 import os
 import sys
 
-PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "watchdog": "watchdog"}
+PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "watchdog": "watchdog", "metrics": "metrics"}
 
 
 def main() -> None:

@@ -1,8 +1,9 @@
 """End to end on four lab nodes through the switch, from the factory state: the deploy
 converges them to one TP=4 vLLM serving through the head's API and the printed tunnel, a second
 run changes nothing, a switch port left at auto-negotiation (100G) is a verification FAIL with
-its fix, and each single fault (a worker's or the head's vLLM killed, a worker's Docker restarted,
-a worker stopped and started) heals with no one touching anything (the times printed)."""
+its fix, the head's Prometheus scrapes every node's exporter over the fabric and sees that port
+in its rule, and each single fault (a worker's or the head's vLLM killed, a worker's Docker
+restarted, a worker stopped and started) heals with no one touching anything (the times printed)."""
 
 import re
 import time
@@ -10,11 +11,13 @@ import time
 import pytest
 import requests
 
+from bench.remote import forward, head_of
 from lab import faults
 from lab.config import CABLE_LAYOUTS
 from lab.processes import in_node
+from site_config import load_site
 from tests.cluster.conftest import MEASURED, NODES
-from tests.e2e.conftest import healed_after, pyinfra, reboot
+from tests.e2e.conftest import SITE, healed_after, pyinfra, reboot
 from tests.e2e.test_10_converge import changed_operations
 
 pytestmark = pytest.mark.end_to_end
@@ -77,6 +80,35 @@ def test_a_switch_port_at_100g_fails_verification_with_the_fix(cluster_lab, conv
     assert put_right.returncode == 0, put_right.stdout
 
 
+def test_prometheus_scrapes_every_node_and_sees_a_port_at_100g(cluster_lab, converged):
+    """Every node's exporter is up on its rail 0 address; a port at 100G shows in the textfile
+    metrics and in the rule the alert reads (its 'for' is longer than this test waits)."""
+    cluster = load_site(SITE)
+    node, netdev = cluster_lab.nodes[2], CABLE_LAYOUTS["f0"][0][0]
+    with head_of(cluster) as client, forward(client, "127.0.0.1", cluster.settings.prometheus_port) as port:
+        url = f"http://127.0.0.1:{port}"
+
+        def query(expr: str) -> list[dict]:
+            return requests.get(f"{url}/api/v1/query", params={"query": expr}, timeout=30).json()["data"]["result"]
+
+        deadline = time.monotonic() + 120
+        while len(query('up{job="node"} == 1')) < NODES:
+            assert time.monotonic() < deadline, query('up{job="node"}')
+            time.sleep(2)
+        assert {series["metric"]["instance"] for series in query('up{job="node"}')} == {f"10.0.0.{rank + 1}:9100" for rank in range(NODES)}
+        faults.switch_port_autonegotiated(node, netdev)
+        try:
+            deadline = time.monotonic() + 120
+            while not query(f'dual_spark_rail_speed_mbps{{node="{node.hostname}", netdev="{netdev}"}} == 100000'):
+                assert time.monotonic() < deadline, "the collector never read the port at 100G"
+                time.sleep(2)
+            while not query('ALERTS{alertname="DualSparkRailSlow"}'):
+                assert time.monotonic() < deadline + 60, "the alert on the slow port is not even pending"
+                time.sleep(2)
+        finally:
+            faults.switch_port_autonegotiated(node, netdev, 200000)
+
+
 FAULTS = {  # by rank: the head is 0; each fault on another worker
     "worker vLLM killed (rank 2)": lambda nodes: faults.kill(nodes[2], "vllm serve"),
     "head vLLM killed": lambda nodes: faults.kill(nodes[0], "vllm serve"),
@@ -91,4 +123,3 @@ def test_any_single_fault_heals_with_no_one_touching_anything(cluster_lab, conve
     from the fault to the first token served again is printed (the goal: 90 s)."""
     took = healed_after(name, lambda: FAULTS[name](cluster_lab.nodes))
     MEASURED[f"{name} -> first served token"] = f"{took:.0f} s"
-

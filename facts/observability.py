@@ -1,0 +1,99 @@
+"""Readings for observability, in one round trip: the packages, the files the deploy writes for
+them, their services' state, and on the head Grafana's container when the site runs one."""
+
+from __future__ import annotations
+
+from typing import TypedDict
+
+from pyinfra.api import FactBase, QuoteString, StringCommand
+
+from facts.combine import combined, read_lines, split
+from facts.host_prep import FileDigests, Files, Packages, PackageStatus
+from layout import GRAFANA_PROJECT, PROMETHEUS_DIR, UNIT_FILES, UNITS
+
+PACKAGES = {"head": ["prometheus", "prometheus-node-exporter"], "worker": ["prometheus-node-exporter"]}
+CONFIG_FILES = ("prometheus.yml", "recording.yml", "alerts.yml")  # in PROMETHEUS_DIR
+GRAFANA_CONTAINER = GRAFANA_PROJECT
+
+
+def services(role: str) -> list[str]:
+    """The units of a node of ``role``: the node exporter and the collector, and Prometheus on the head."""
+    return [UNITS["prometheus"]] * (role == "head") + [UNITS["node_exporter"], UNITS["collector"]]
+
+
+def config_paths(role: str) -> list[str]:
+    """The files the deploy writes for observability on a node of ``role``."""
+    units = [UNIT_FILES["prometheus"]] * (role == "head") + [UNIT_FILES["node_exporter"], UNIT_FILES["collector"]]
+    return units + [f"{PROMETHEUS_DIR}/{name}" for name in CONFIG_FILES] * (role == "head")
+
+
+class Service(TypedDict):
+    active: str  # systemctl is-active: "active", "inactive", "failed", "activating", ...; "unknown": it said nothing
+    enabled: str  # systemctl is-enabled: "enabled", "disabled", ...; "unknown": it said nothing (no such unit)
+
+
+class Grafana(TypedDict):
+    files: Files
+    container: str | None  # the container's state ("running", "exited", ...); None: no such container
+
+
+class Observability(TypedDict):
+    packages: Packages
+    files: Files
+    services: dict[str, Service]
+    grafana: Grafana | None
+    unreadable: list[str]
+
+
+class ObservabilityState(FactBase[Observability]):
+    """
+    For a node of ``role``: which of its packages dpkg has (PackageStatus), the files the deploy
+    writes for them (FileDigests: the units' drop-ins, the collector's unit, Prometheus's
+    configuration on the head), and each service's state as systemctl says it. With ``grafana``
+    (the head's Grafana files, when the site runs Grafana): those files and the container's state.
+
+    .. code:: python
+
+        {"packages": {"installed": ["prometheus", "prometheus-node-exporter"], "missing": [], "unreadable": []},
+         "files": {"files": {"/etc/prometheus/dual-spark/prometheus.yml": {"kind": "file", "mode": "644", ...}}, "unreadable": []},
+         "services": {"prometheus": {"active": "active", "enabled": "enabled"}, ...},
+         "grafana": None, "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Observability:
+        return {"packages": PackageStatus.default(), "files": FileDigests.default(), "services": {}, "grafana": None,
+                "unreadable": []}
+
+    def command(self, role: str, grafana: list[str] | None = None) -> StringCommand:
+        sections = {
+            "packages": PackageStatus().command(PACKAGES[role]),
+            "files": FileDigests().command(config_paths(role)),
+            "services": StringCommand(
+                "for u in", *(QuoteString(unit) for unit in services(role)), "; do",
+                'echo "unit $u|$(systemctl is-active "$u" 2>/dev/null | head -n 1)|$(systemctl is-enabled "$u" 2>/dev/null | head -n 1)";',
+                "done"),
+        }
+        if grafana is not None:
+            sections["grafana"] = FileDigests().command(grafana)
+            sections["grafana_container"] = StringCommand("docker", "inspect", "-f", "'{{.State.Status}}'", GRAFANA_CONTAINER,
+                                                          "2>/dev/null")
+        return combined(sections)
+
+    def process(self, output: list[str]) -> Observability:
+        sections = split(output)
+        units: dict[str, Service] = {}
+
+        def parse(line: str) -> None:
+            unit, active, enabled = line.strip().split("|")
+            if not unit.startswith("unit ") or " " in unit[5:] or not unit[5:]:
+                raise ValueError(line)
+            units[unit[5:]] = {"active": active.strip() or "unknown", "enabled": enabled.strip() or "unknown"}
+
+        unreadable = read_lines([line for line in sections.get("services", []) if line.strip()], parse)
+        grafana = None
+        if "grafana" in sections:
+            state = [line.strip() for line in sections.get("grafana_container", []) if line.strip()]
+            grafana = {"files": FileDigests().process(sections["grafana"]), "container": state[-1] if state else None}
+        return {"packages": PackageStatus().process(sections.get("packages", [])), "files": FileDigests().process(sections.get("files", [])),
+                "services": units, "grafana": grafana, "unreadable": sections[""] + unreadable}

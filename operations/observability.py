@@ -1,0 +1,390 @@
+"""Operations for observability: the OS's own Prometheus on the head and its node exporter on every
+node, configured through drop-ins of their Debian units (the package's /etc/default files are left
+as shipped), with the deploy's recording and alert rules and its textfile collector; and Grafana on
+the head, from an image pinned by digest, when the site names one. Every file is written only when
+it differs, and a service restarts only when its own configuration changed (or it is not running).
+The unit drop-ins are written before a package is installed, so a package's first start already
+listens where the deploy says, never on the management LAN."""
+
+from __future__ import annotations
+
+import hashlib
+import ipaddress
+import json
+import posixpath
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+
+import yaml
+from pyinfra import host
+from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.facts.files import FileContents
+from pyinfra.operations import apt
+
+from cluster import Cluster
+from facts.observability import CONFIG_FILES, PACKAGES, ObservabilityState
+from layout import (
+    COLLECTOR_STATE,
+    GRAFANA_DATASOURCE_UID,
+    GRAFANA_PROJECT,
+    PROMETHEUS_DIR,
+    PROMETHEUS_STORAGE,
+    RUN_DIR,
+    SCRAPE_JOBS,
+    TEXTFILE,
+    TEXTFILE_DIR,
+    UNIT_FILES,
+    UNITS,
+    paths,
+)
+from operations.own import claimed
+from operations.peer import acts_here
+from operations.readings import read
+from operations.render import render, show_diff, show_line
+from programs import digest
+
+REPO = Path(__file__).resolve().parents[1]
+DASHBOARDS = REPO / "files/observability/dashboards"
+STAGING = f"{RUN_DIR}/prometheus-check"
+GRAFANA_STAGING = f"{RUN_DIR}/grafana-check"
+READY_WAIT = 60  # seconds Prometheus has to answer /-/ready after a (re)start or a reload
+RULES = ("/recording.yml", "/alerts.yml")
+HEADER = "# Managed by the dual-spark deploy (tasks/observability.py): edits here are overwritten.\n"
+
+
+@dataclass(frozen=True)
+class ObservabilitySettings:
+    """What one node's observability is made of (``observability_settings``)."""
+
+    hostname: str
+    role: str
+    rails: list[dict]
+    prometheus_port: int
+    exporter_port: int
+    programs: str
+    stack_dir: str
+    grafana_image: str
+    grafana_port: int
+    grafana_dir: str
+    show_program_diffs: bool  # the rules' and dashboards' full diffs, not one line each
+    files: dict[str, str]  # path -> text of every file the deploy writes for it on this node
+
+
+def window(interval: int) -> str:
+    """The range of the rules' rates: four scrapes, and a minute at least."""
+    return f"{max(60, 4 * interval)}s"
+
+
+def prometheus_config(cluster: Cluster) -> str:
+    """prometheus.yml, built as data: vLLM on the head (only rank 0 has engine metrics; /metrics is
+    not behind the API key, so it stays where the API listens), the node exporter of every node on
+    its rail 0 address, and Prometheus itself. Each target is labelled with its node's hostname."""
+    settings, head = cluster.settings, cluster.head
+    interval = settings.metrics_interval_seconds
+    api = "127.0.0.1" if ipaddress.ip_address(settings.api_host).is_unspecified else settings.api_host
+    config = {
+        "global": {"scrape_interval": f"{interval}s", "evaluation_interval": f"{interval}s", "scrape_timeout": f"{min(interval, 10)}s"},
+        "rule_files": ["recording.yml", "alerts.yml"],
+        "scrape_configs": [
+            {"job_name": SCRAPE_JOBS["prometheus"],
+             "static_configs": [{"targets": [f"127.0.0.1:{settings.prometheus_port}"], "labels": {"node": head.hostname}}]},
+            {"job_name": SCRAPE_JOBS["vllm"],
+             "static_configs": [{"targets": [f"{api}:{settings.api_port}"], "labels": {"node": head.hostname, "rank": "0"}}]},
+            {"job_name": SCRAPE_JOBS["node"],
+             "static_configs": [{"targets": [f"{node.fabric_addresses[0]}:{settings.node_exporter_port}"],
+                                 "labels": {"node": node.hostname, "rank": str(node.rank)}} for node in cluster.nodes]},
+        ],
+    }
+    text = (HEADER + "# Prometheus of the dual-spark cluster: vLLM on the head, the node exporter of every node over the fabric.\n"
+            + yaml.safe_dump(config, sort_keys=False, width=10**6))
+    if yaml.safe_load(text) != config:
+        raise OperationError(f"{PROMETHEUS_DIR}/prometheus.yml would not read back as meant: refusing to write it")
+    return text
+
+
+def rule_files(cluster: Cluster) -> dict[str, str]:
+    """recording.yml and alerts.yml of the cluster, rendered from templates/observability/."""
+    return rules_for(cluster.settings.metrics_interval_seconds, cluster.settings.expected_link_speed_mbps)
+
+
+def rules_for(interval: int, expected_link_speed_mbps: int) -> dict[str, str]:
+    """recording.yml and alerts.yml for a scrape ``interval`` in seconds."""
+    values = {"interval": interval, "window": window(interval), "jobs": SCRAPE_JOBS, "expected_link_speed_mbps": expected_link_speed_mbps}
+    return {name: render(f"observability/{name}.j2", **values) for name in ("recording.yml", "alerts.yml")}
+
+
+def grafana_files(cluster: Cluster, grafana_dir: str) -> dict[str, str]:
+    """Grafana's stack on the head: compose.yaml (built as data), its provisioning (the Prometheus
+    datasource, with a fixed uid and the scrape interval as its time interval; the dashboards'
+    provider) and the dashboards, each a file of files/observability/dashboards/."""
+    settings = cluster.settings
+    inside = "/etc/grafana/provisioning"
+    datasource = {"apiVersion": 1, "datasources": [{
+        "name": "Prometheus", "type": "prometheus", "uid": GRAFANA_DATASOURCE_UID, "access": "proxy", "isDefault": True,
+        "url": f"http://127.0.0.1:{settings.prometheus_port}", "editable": False,
+        "jsonData": {"timeInterval": f"{settings.metrics_interval_seconds}s"}}]}
+    provider = {"apiVersion": 1, "providers": [{
+        "name": "dual-spark", "folder": "dual-spark", "type": "file", "disableDeletion": True, "allowUiUpdates": False,
+        "options": {"path": "/var/lib/dual-spark-dashboards"}}]}
+    env = {"GF_SERVER_HTTP_ADDR": "127.0.0.1", "GF_SERVER_HTTP_PORT": str(settings.grafana_port),
+           "GF_AUTH_ANONYMOUS_ENABLED": "true", "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer", "GF_AUTH_DISABLE_LOGIN_FORM": "true",
+           "GF_AUTH_BASIC_ENABLED": "false", "GF_USERS_ALLOW_SIGN_UP": "false", "GF_ANALYTICS_REPORTING_ENABLED": "false",
+           "GF_ANALYTICS_CHECK_FOR_UPDATES": "false", "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH": "/var/lib/dual-spark-dashboards/vllm-overview.json"}
+    stack = {"name": GRAFANA_PROJECT, "services": {"grafana": {
+        "image": settings.grafana_image, "pull_policy": "missing", "container_name": GRAFANA_PROJECT, "restart": "unless-stopped",
+        "network_mode": "host", "environment": env,
+        "volumes": [f"./provisioning:{inside}:ro", "./dashboards:/var/lib/dual-spark-dashboards:ro", "grafana-data:/var/lib/grafana"]}},
+        "volumes": {"grafana-data": {}}}
+    compose = HEADER + "# Grafana on loopback, anonymous viewers only, its dashboards provisioned read-only.\n" + yaml.safe_dump(
+        stack, sort_keys=False, width=10**6)
+    files = {"compose.yaml": compose,
+             "provisioning/datasources/dual-spark.yaml": HEADER + yaml.safe_dump(datasource, sort_keys=False),
+             "provisioning/dashboards/dual-spark.yaml": HEADER + yaml.safe_dump(provider, sort_keys=False)}
+    files |= {f"dashboards/{path.name}": path.read_text() for path in sorted(DASHBOARDS.glob("*.json"))}
+    return {f"{grafana_dir}/{name}": text for name, text in files.items()}
+
+
+def observability_settings(cluster: Cluster, hostname: str) -> ObservabilitySettings:
+    """One node's observability settings, with every file the deploy writes for it there."""
+    node, settings = cluster.node(hostname), cluster.settings
+    where = paths(settings.state_dir, settings.model_dir)
+    interval = settings.metrics_interval_seconds
+    files = {
+        UNIT_FILES["node_exporter"]: render("observability/node-exporter.conf.j2", address=node.fabric_addresses[0],
+                                            port=settings.node_exporter_port, textfile_dir=TEXTFILE_DIR),
+        UNIT_FILES["collector"]: render("observability/dual-spark-metrics.service.j2", interval=interval, digest=digest("metrics.py")[:16],
+                                        programs=where["programs"], textfile=TEXTFILE, role=node.role,
+                                        watchdog_state=f"{where['serving']}/{node.role}-starts", stack_dir=settings.stack_dir,
+                                        state=COLLECTOR_STATE, rails=node.rail_data, textfile_dir=TEXTFILE_DIR),
+    }
+    grafana_dir = f"{settings.stack_dir}/grafana"
+    if node.role == "head":
+        files[UNIT_FILES["prometheus"]] = render("observability/prometheus.conf.j2", config=f"{PROMETHEUS_DIR}/prometheus.yml",
+                                                 port=settings.prometheus_port, storage=PROMETHEUS_STORAGE,
+                                                 retention_days=settings.prometheus_retention_days,
+                                                 retention_gib=settings.prometheus_retention_gib)
+        files |= {f"{PROMETHEUS_DIR}/prometheus.yml": prometheus_config(cluster),
+                  **{f"{PROMETHEUS_DIR}/{name}": text for name, text in rule_files(cluster).items()}}
+        if settings.grafana_image:
+            files |= grafana_files(cluster, grafana_dir)
+    return ObservabilitySettings(
+        hostname=hostname, role=node.role, rails=node.rail_data, prometheus_port=settings.prometheus_port,
+        exporter_port=settings.node_exporter_port, programs=where["programs"], stack_dir=settings.stack_dir,
+        grafana_image=settings.grafana_image if node.role == "head" else "", grafana_port=settings.grafana_port, grafana_dir=grafana_dir, show_program_diffs=settings.show_program_diffs, files=files)
+
+
+def reading_arguments(settings: ObservabilitySettings) -> dict:
+    """ObservabilityState's arguments on this node (as operations/readings.py reads it for every step)."""
+    grafana = sorted(path for path in settings.files if path.startswith(settings.grafana_dir + "/"))
+    return {"role": settings.role, **({"grafana": grafana} if settings.grafana_image else {})}
+
+
+def differs(text: str, info: dict | None) -> bool:
+    return (info is None or info["kind"] != "file" or info["sha256"] != hashlib.sha256(text.encode()).hexdigest()
+            or info["mode"] != "644" or info["owner"] != "root:root")
+
+
+def put_text(path: str, text: str, info: dict | None):
+    """Upload ``text`` to ``path`` (root's, mode 644), its full diff shown first."""
+    exists = info is not None and info["kind"] == "file"
+    if exists and info["sha256"] == hashlib.sha256(text.encode()).hexdigest():
+        show_line(f"Will set {path} to root:root, mode 644 (now {info['owner']}, mode {info['mode']})")
+    else:
+        show_diff(path, host.get_fact(FileContents, path=path) if exists and host.state.config.DIFF else None, text)
+        if not exists:
+            yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(path)))
+        yield FileUploadCommand(BytesIO(text.encode()), path, remote_temp_filename=host.get_temp_filename(path))
+    yield StringCommand("chown", "root:root", QuoteString(path))
+    yield StringCommand("chmod", "644", QuoteString(path))
+
+
+def show_changed(path: str, text: str, info: dict | None, content: str | None, full: bool) -> None:
+    """The diff of a file that changes: configuration whole; the deploy's own content (``content``
+    names it: its rules, a dashboard) in one line, unless ``full``, as the programs are shown."""
+    exists = info is not None and info["kind"] == "file"
+    if content is None or full:
+        show_diff(path, host.get_fact(FileContents, path=path) if exists and host.state.config.DIFF else None, text)
+        return
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    show_line(f"Will {'modify' if exists else 'create'} {path} ({content}, {len(text.splitlines())} lines, sha256 {digest[:12]}"
+              f"{', was ' + info['sha256'][:12] if exists and info['sha256'] else ''}): full diff with --data show_program_diffs=true")
+
+
+def installed(reading: dict, role: str, wanted: list[str]):
+    """The packages of ``wanted`` that are missing, installed without their recommendations (the
+    node exporter's recommend timers of their own); the package lists refreshed only then."""
+    missing = [package for package in PACKAGES[role] if package in wanted and package in reading["packages"]["missing"]]
+    if missing:
+        show_line(f"Will install {', '.join(missing)} (the OS's packages, without recommended ones)")
+        yield from apt.update._inner()
+        yield from apt.packages._inner(packages=missing, no_recommends=True)
+
+
+def running(unit: str, reading: dict, why: str | None):
+    """Enable ``unit``, and restart it when ``why`` (its configuration changed, its package is new)
+    or when it is not active: a unit whose configuration is unchanged and that runs is left alone."""
+    state = reading["services"].get(unit, {"active": "unknown", "enabled": "unknown"})
+    if state["enabled"] != "enabled":
+        yield StringCommand("systemctl", "enable", unit)
+    if why is None and state["active"] != "active":
+        why = f"it is not running ({state['active']})"
+    if why is not None:
+        show_line(f"Will restart {unit}: {why}")
+        yield StringCommand("systemctl", "reset-failed", unit, "2>/dev/null", "||", "true")
+        yield StringCommand("systemctl", "restart", unit)
+
+
+@operation()
+def exporters_running(settings: ObservabilitySettings):
+    """
+    On every node: the OS's node exporter on the node's rail 0 address (a drop-in of its unit:
+    never the management LAN), and the deploy's collector of Spark metrics (its own unit, running
+    `dual-spark.pyz metrics collect`) writing the exporter's textfile. The unit files are written
+    before the package is installed, so its first start listens where they say; each service
+    restarts only when its unit file changed, its package is new, or it is not running.
+
+    + settings: the node's observability settings (``observability_settings``)
+
+    **Example:**
+
+    .. code:: python
+
+        exporters_running(settings=observability_settings(cluster, host.name))
+    """
+    reading = read(host, ObservabilityState, **reading_arguments(settings))
+    files = reading["files"]["files"]
+    units = {UNITS["node_exporter"]: UNIT_FILES["node_exporter"], UNITS["collector"]: UNIT_FILES["collector"]}
+    changed = {unit: path for unit, path in units.items() if differs(settings.files[path], files.get(path))}
+    commands = [command for path in changed.values() for command in put_text(path, settings.files[path], files.get(path))]
+    new = list(installed(reading, settings.role, ["prometheus-node-exporter"]))
+    commands += new
+    if changed:
+        commands.append(StringCommand("systemctl", "daemon-reload"))
+    for unit in units:
+        why = "its unit file changed" if unit in changed else None
+        if new and unit == UNITS["node_exporter"]:
+            why = "its package is new"
+        commands += running(unit, reading, why)
+    if not commands:
+        host.noop(f"the node exporter listens on {settings.rails[0]['address']}:{settings.exporter_port}, and the collector runs")
+    yield from commands
+
+
+def ready(settings: ObservabilitySettings, what: str) -> StringCommand:
+    """Wait up to READY_WAIT seconds for Prometheus's /-/ready, failing saying where to look."""
+    return StringCommand("python3", QuoteString(settings.programs), "metrics", "ready", "--url",
+                         f"http://127.0.0.1:{settings.prometheus_port}", "--wait", str(READY_WAIT), "--after", QuoteString(what))
+
+
+@operation()
+def prometheus_running(settings: ObservabilitySettings):
+    """
+    On the head: the OS's Prometheus on loopback, with bounded retention (days and GiB), scraping
+    vLLM and every node's exporter, with the deploy's recording and alert rules. Its configuration
+    is staged and checked by the real `promtool check config` (the rules with it) before it is
+    installed; a new configuration is reloaded, a new drop-in (port, retention) restarts it.
+
+    + settings: the head's observability settings (``observability_settings``)
+
+    **Example:**
+
+    .. code:: python
+
+        prometheus_running(settings=observability_settings(cluster, host.name))
+    """
+    if not acts_here("head"):
+        return
+    reading = read(host, ObservabilityState, **reading_arguments(settings))
+    files = reading["files"]["files"]
+    dropin = UNIT_FILES["prometheus"]
+    configs = [f"{PROMETHEUS_DIR}/{name}" for name in CONFIG_FILES]
+    commands = []
+    dropin_changed = differs(settings.files[dropin], files.get(dropin))
+    if dropin_changed:
+        commands += put_text(dropin, settings.files[dropin], files.get(dropin))
+    config_changed = [path for path in configs if differs(settings.files[path], files.get(path))]
+    for path in config_changed:
+        show_changed(path, settings.files[path], files.get(path), "the deploy's rules" if path.endswith(RULES) else None,
+                     settings.show_program_diffs)
+    if config_changed:
+        commands.append(StringCommand("rm", "-rf", STAGING, "&&", "mkdir", "-p", STAGING))
+        for path in configs:  # promtool checks the configuration with the rules it names
+            staged = f"{STAGING}/{posixpath.basename(path)}"
+            commands.append(FileUploadCommand(BytesIO(settings.files[path].encode()), staged, remote_temp_filename=host.get_temp_filename(staged)))
+    new = list(installed(reading, settings.role, ["prometheus"]))
+    commands += new
+    if config_changed:
+        commands.append(StringCommand("promtool", "check", "config", f"{STAGING}/prometheus.yml"))
+        commands.append(StringCommand("mkdir", "-p", PROMETHEUS_DIR, "&&", "install", "-o", "root", "-g", "root", "-m", "644",
+                                      *(f"{STAGING}/{posixpath.basename(path)}" for path in configs), PROMETHEUS_DIR, "&&",
+                                      "rm", "-rf", STAGING))
+    if dropin_changed:
+        commands.append(StringCommand("systemctl", "daemon-reload"))
+    unit = UNITS["prometheus"]
+    state = reading["services"].get(unit, {"active": "unknown"})
+    why = "its drop-in changed" if dropin_changed else "its package is new" if new else None
+    restart = list(running(unit, reading, why))
+    commands += restart
+    if any("restart" in command.get_raw_value() for command in restart if isinstance(command, StringCommand)):
+        commands.append(ready(settings, "its start"))
+    elif config_changed and state["active"] == "active":
+        show_line(f"Will reload {unit}: its configuration changed")
+        commands += [StringCommand("systemctl", "reload", unit), ready(settings, "its reload")]
+    if not commands:
+        host.noop(f"Prometheus listens on 127.0.0.1:{settings.prometheus_port}, its configuration and rules up to date")
+    yield from commands
+
+
+@operation()
+def grafana_running(settings: ObservabilitySettings):
+    """
+    On the head, when the site names a Grafana image (by digest): Grafana on loopback, anonymous
+    viewers only, with the Prometheus datasource and the deploy's dashboards provisioned read-only,
+    as a compose stack in ``stack_dir``/grafana checked by the real `docker compose config` before
+    it is installed; started (the image pulled by digest) when its files changed or it is not running.
+
+    + settings: the head's observability settings (``observability_settings``)
+
+    **Example:**
+
+    .. code:: python
+
+        grafana_running(settings=observability_settings(cluster, host.name))
+    """
+    if not acts_here("head"):
+        return
+    if not settings.grafana_image:
+        host.noop("no Grafana in this site (grafana_image is empty)")
+        return
+    reading = read(host, ObservabilityState, **reading_arguments(settings))
+    current = (reading["grafana"] or {"files": {"files": {}}})["files"]["files"]
+    wanted = {path: text for path, text in settings.files.items() if path.startswith(settings.grafana_dir + "/")}
+    changed = [path for path, text in wanted.items() if differs(text, current.get(path))]
+    commands = []
+    if changed:
+        for path in changed:
+            show_changed(path, wanted[path], current.get(path), "a dashboard" if path.endswith(".json") else None,
+                         settings.show_program_diffs)
+        folders = sorted({posixpath.dirname(GRAFANA_STAGING + path[len(settings.grafana_dir):]) for path in wanted})
+        commands.append(StringCommand("rm", "-rf", GRAFANA_STAGING, "&&", "mkdir", "-p", *folders))
+        for path, text in wanted.items():
+            staged = GRAFANA_STAGING + path[len(settings.grafana_dir):]
+            commands.append(FileUploadCommand(BytesIO(text.encode()), staged, remote_temp_filename=host.get_temp_filename(staged)))
+        commands.append(StringCommand("docker", "compose", "-f", f"{GRAFANA_STAGING}/compose.yaml", "config", "-q"))
+        commands.append(StringCommand(claimed(settings.stack_dir, "stack_dir"), "&&", "rm", "-rf", QuoteString(settings.grafana_dir), "&&",
+                                      "cp", "-r", GRAFANA_STAGING, QuoteString(settings.grafana_dir), "&&", "chmod", "-R", "go-w,a+rX",
+                                      QuoteString(settings.grafana_dir), "&&", "rm", "-rf", GRAFANA_STAGING))
+    if changed or reading["grafana"] is None or reading["grafana"]["container"] != "running":
+        show_line(f"Will start Grafana ({settings.grafana_image}) on 127.0.0.1:{settings.grafana_port}"
+                  + (": its files changed" if changed else ": it is not running"))
+        commands.append(StringCommand("docker", "compose", "--project-directory", QuoteString(settings.grafana_dir), "-f",
+                                      QuoteString(f"{settings.grafana_dir}/compose.yaml"), "up", "-d", "--remove-orphans"))
+    if not commands:
+        host.noop(f"Grafana runs on 127.0.0.1:{settings.grafana_port} with the dashboards up to date")
+    yield from commands
+
+
+def dashboards() -> dict[str, dict]:
+    """The dashboards, by file name."""
+    return {path.name: json.loads(path.read_text()) for path in sorted(DASHBOARDS.glob("*.json"))}

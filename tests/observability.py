@@ -1,0 +1,27 @@
+"""The Prometheus tools the tests run for real: Debian's promtool and prometheus, installed by
+scripts/test (scripts/setup.sh: from Debian's package into the lab's cache, no service started),
+or found on PATH."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+from pathlib import Path
+
+CACHE = Path(os.environ.get("SPARKLAB_CACHE", "/var/cache/sparklab"))
+
+
+def tool(name: str) -> str:
+    """The path of ``name`` (promtool, prometheus): on PATH, else the one scripts/test unpacked."""
+    found = shutil.which(name) or next((str(path) for path in sorted(CACHE.glob(f"prometheus-*/bin/{name}")) if os.access(path, os.X_OK)),
+                                       None)
+    assert found, f"no {name} here: run scripts/test once as root (it unpacks Debian's prometheus into {CACHE}), or apt-get install prometheus"
+    return found
+
+
+def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> str:
+    """Run promtool; its output, or the test fails with it."""
+    done = subprocess.run([tool("promtool"), *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=120)
+    assert done.returncode == 0, f"promtool {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout + done.stderr

@@ -1,0 +1,315 @@
+"""What the deploy writes for Prometheus and Grafana, checked by the real promtool: the
+configuration and rules it renders for a pair and for four nodes; every alert made to fire, and
+to stay silent, by series that stand for the faults it names (`promtool test rules`); the
+recording rules computing what they say on known series; every name used where it is defined;
+every dashboard's queries valid PromQL over the recording rules. One promtool run per kind."""
+
+from __future__ import annotations
+
+import json
+import re
+import subprocess
+from pathlib import Path
+
+import pytest
+import yaml
+
+from layout import GRAFANA_DATASOURCE_UID, PROMETHEUS_DIR, UNIT_FILES
+from operations.observability import dashboards, grafana_files, observability_settings, rule_files, window
+from tests.fake_host import site
+from tests.observability import promtool, tool
+
+REPO = Path(__file__).resolve().parents[1]
+VLLM_METRICS = REPO / "tests/bench/fixtures/vllm_metrics.txt"  # a CPU vLLM 0.32's /metrics, as the project pins it
+INTERVAL = 15  # the default metrics_interval_seconds: the series below step by it
+RECORDED = re.compile(r"\bdual_spark:[a-z0-9_:]+")
+VLLM_NAME = re.compile(r"\bvllm:[a-z0-9_:]+")
+
+
+def written(tmp: Path, name: str) -> Path:
+    """The head's Prometheus files of tests/sites/<name>.toml, written under tmp/<name>/."""
+    files = observability_settings(site(name), "spark-head").files
+    out = tmp / name
+    out.mkdir()
+    for path, text in files.items():
+        if path.startswith(PROMETHEUS_DIR + "/"):
+            (out / Path(path).name).write_text(text)
+    return out
+
+
+@pytest.fixture(scope="module")
+def rendered(tmp_path_factory) -> dict[str, Path]:
+    tmp = tmp_path_factory.mktemp("prometheus")
+    return {name: written(tmp, name) for name in ("pair", "four")}
+
+
+def rules() -> dict[str, dict]:
+    return {name: yaml.safe_load(text) for name, text in rule_files(site("pair")).items()}
+
+
+def recorded_names() -> set[str]:
+    return {rule["record"] for group in rules()["recording.yml"]["groups"] for rule in group["rules"]}
+
+
+def test_promtool_takes_the_configuration_and_rules_of_a_pair_and_of_four_nodes(rendered):
+    output = promtool("check", "config", *(str(path / "prometheus.yml") for path in rendered.values()))
+    assert output.count("SUCCESS: 2 rule files found") == 2
+    config = yaml.safe_load((rendered["four"] / "prometheus.yml").read_text())
+    nodes = next(job for job in config["scrape_configs"] if job["job_name"] == "node")["static_configs"]
+    assert [entry["targets"] for entry in nodes] == [[f"10.0.0.{rank + 1}:9100"] for rank in range(4)]  # rail 0, never the LAN
+    vllm = next(job for job in config["scrape_configs"] if job["job_name"] == "vllm")["static_configs"]
+    assert vllm == [{"targets": ["127.0.0.1:8888"], "labels": {"node": "spark-head", "rank": "0"}}]  # rank 0 alone has engine metrics
+
+
+def test_prometheus_listens_on_loopback_with_bounded_retention():
+    settings = observability_settings(site("pair", {"prometheus_retention_days": 30, "prometheus_retention_gib": 20}), "spark-head")
+    start = [line for line in settings.files[UNIT_FILES["prometheus"]].splitlines() if line.startswith("ExecStart=/")]
+    assert len(start) == 1 and "--web.listen-address=127.0.0.1:9090" in start[0]
+    assert "--storage.tsdb.retention.time=30d" in start[0] and "--storage.tsdb.retention.size=20GB" in start[0]
+    worker = observability_settings(site("pair"), "spark-worker").files
+    assert UNIT_FILES["prometheus"] not in worker and not any(path.startswith(PROMETHEUS_DIR) for path in worker)
+    assert "--web.listen-address=10.0.0.2:9100" in worker[UNIT_FILES["node_exporter"]]  # its rail 0 address
+
+
+def labels_of(series: str) -> dict[str, str]:
+    name, _, rest = series.partition("{")
+    return {"__name__": name, **dict(re.findall(r'(\w+)="([^"]*)"', rest))}
+
+
+def annotations(alert: dict, labels: dict) -> dict:
+    """An alert's annotations as Prometheus fills its templates for these labels."""
+    return {key: re.sub(r"{{ \$labels\.(\w+) }}", lambda match: labels.get(match.group(1), ""), text)
+            for key, text in alert.get("annotations", {}).items()}
+
+
+HEAD, WORKER = {"node": "spark-head"}, {"node": "spark-worker"}
+VLLM = {**HEAD, "job": "vllm", "instance": "127.0.0.1:8888"}
+MODEL = {**HEAD, "model_name": "tiny"}
+
+
+def s(name: str, labels: dict, values: str) -> dict:
+    inside = ",".join(f'{key}="{value}"' for key, value in labels.items())
+    return {"series": f"{name}{{{inside}}}", "values": values}
+
+
+def serving(minutes: int = 20) -> list[dict]:
+    """A healthy head: its API up, two requests running, tokens and drafts moving, half the draft
+    tokens accepted, a third of the KV cache in use; both nodes' exporters and rails fine."""
+    steps = minutes * 60 // INTERVAL
+    engine = {**MODEL, "job": "vllm", "instance": "127.0.0.1:8888", "engine": "0"}
+    series = [s("up", VLLM, f"1x{steps}"), s("vllm:num_requests_running", engine, f"2x{steps}"),
+              s("vllm:num_requests_waiting", engine, f"0x{steps}"), s("vllm:generation_tokens_total", engine, f"0+400x{steps}"),
+              s("vllm:kv_cache_usage_perc", engine, f"0.3x{steps}"), s("vllm:spec_decode_num_drafts_total", engine, f"0+100x{steps}"),
+              s("vllm:spec_decode_num_draft_tokens_total", engine, f"0+300x{steps}"),
+              s("vllm:spec_decode_num_accepted_tokens_total", engine, f"0+150x{steps}")]
+    for node in (HEAD, WORKER):
+        target = {**node, "job": "node", "instance": "x:9100"}
+        series += [s("up", target, f"1x{steps}"), s("dual_spark_collector_last_run_timestamp_seconds", target, f"0+{INTERVAL}x{steps}"),
+                   s("dual_spark_watchdog_failed_starts", {**target, "role": "head" if node is HEAD else "worker"}, f"0x{steps}"),
+                   s("dual_spark_watchdog_starts_total", {**target, "role": "head" if node is HEAD else "worker"}, f"1x{steps}")]
+        for rail, netdev in enumerate(("enp1s0f0np0", "enP2p1s0f0np0")):
+            labels = {**target, "rail": str(rail), "netdev": netdev}
+            series += [s("dual_spark_rail_up", labels, f"1x{steps}"), s("dual_spark_rail_present", labels, f"1x{steps}"),
+                       s("dual_spark_rail_speed_mbps", labels, f"200000x{steps}"),
+                       s("dual_spark_rail_roce_port_active", {**labels, "rdma": "rocep1s0f0", "port": "1"}, f"1x{steps}")]
+    return series
+
+
+def replaced(series: list[dict], *changes: dict) -> list[dict]:
+    """``series`` with each of ``changes`` in place of the series of the same name and labels."""
+    by_name = {change["series"]: change for change in changes}
+    return [by_name.get(item["series"], item) for item in series] + [c for c in changes if c["series"] not in {i["series"] for i in series}]
+
+
+def engine_labels(**more) -> dict:
+    return {**MODEL, "job": "vllm", "instance": "127.0.0.1:8888", "engine": "0", **more}
+
+
+# Each fault: the series that show it, and per alert the times (minutes) it must be silent and firing
+# (with the labels it fires with). Every other alert is silent before, during and after it (QUIET).
+# The worker's vLLM killed at 10 min: the head generates nothing more, its watchdog ends it after
+# two failed probes (its API down from 10:45), and the pair serves again at 12:45 (a new head: its
+# counters start again from zero).
+KILLED_WORKER = replaced(
+    serving(),
+    s("vllm:generation_tokens_total", engine_labels(), "0+400x40 16000 16000 _x8 0+400x28"),
+    s("vllm:num_requests_running", engine_labels(), "2x42 _x8 2x28"),
+    s("up", VLLM, "1x42 0x7 1x28"),
+    s("dual_spark_watchdog_starts_total", {**WORKER, "job": "node", "instance": "x:9100", "role": "worker"}, "1x40 2x39"),
+)
+# An engine that hangs with requests in it while its API answers (a rank waiting on a dead one).
+HUNG = replaced(serving(), s("vllm:generation_tokens_total", engine_labels(), "0+400x40 16000x40"))
+FAULTS = {
+    "a healthy cluster": (serving(), {}),
+    "a killed worker": (KILLED_WORKER, {
+        "DualSparkApiDown": ([9, 10.5, 14, 16], [(12, [VLLM])]),
+    }),
+    "an engine that hangs": (HUNG, {
+        "DualSparkNotGenerating": ([9, 12], [(14, [MODEL])]),
+    }),
+    "a rail at 100G": (replaced(serving(), s("dual_spark_rail_speed_mbps", {**WORKER, "job": "node", "instance": "x:9100", "rail": "1",
+                                                                            "netdev": "enP2p1s0f0np0"}, "200000x20 100000x60")), {
+        "DualSparkRailSlow": ([5], [(8, [{**WORKER, "job": "node", "instance": "x:9100", "rail": "1", "netdev": "enP2p1s0f0np0"}])]),
+    }),
+    "a rail down": (replaced(serving(), s("dual_spark_rail_up", {**HEAD, "job": "node", "instance": "x:9100", "rail": "0",
+                                                                 "netdev": "enp1s0f0np0"}, "1x20 0x60")), {
+        "DualSparkRailDown": ([5], [(8, [{**HEAD, "job": "node", "instance": "x:9100", "rail": "0", "netdev": "enp1s0f0np0"}])]),
+    }),
+    "a restart loop": (replaced(serving(), s("dual_spark_watchdog_failed_starts", {**WORKER, "job": "node", "instance": "x:9100",
+                                                                                   "role": "worker"}, "0x20 1x4 2x8 3x60")), {
+        "DualSparkWatchdogRestartLoop": ([5, 6], [(8.5, [{**WORKER, "job": "node", "instance": "x:9100", "role": "worker"}])]),
+    }),
+    "a node gone": (replaced(serving(), s("up", {**WORKER, "job": "node", "instance": "x:9100"}, "1x20 0x60"),
+                             s("dual_spark_collector_last_run_timestamp_seconds", {**WORKER, "job": "node", "instance": "x:9100"},
+                               f"0+{INTERVAL}x20 _x60")), {
+        "DualSparkNodeDown": ([5], [(7, [{**WORKER, "job": "node", "instance": "x:9100"}])]),
+        "DualSparkCollectorStale": ([7], [(10, [{**WORKER, "job": "node", "instance": "x:9100"}])]),  # its textfile with it
+    }),
+    "a collector that stopped": (replaced(serving(), s("dual_spark_collector_last_run_timestamp_seconds",
+                                                       {**HEAD, "job": "node", "instance": "x:9100"}, "0+15x20 300x60")), {
+        "DualSparkCollectorStale": ([7], [(10, [{**HEAD, "job": "node", "instance": "x:9100"}])]),
+    }),
+    "a full KV cache with requests waiting": (replaced(serving(), s("vllm:kv_cache_usage_perc", engine_labels(), "0.3x20 0.99x60"),
+                                                       s("vllm:num_requests_waiting", engine_labels(), "0x30 3x60")), {
+        "DualSparkKvCacheFull": ([6, 8], [(11, [MODEL])]),  # full from 5 min, but nothing waits until 7.5
+    }),
+    "speculation that accepts nothing": (replaced(serving(), s("vllm:spec_decode_num_accepted_tokens_total", engine_labels(),
+                                                               "0+150x20 3000x60")), {
+        "DualSparkSpeculationCollapsed": ([8], [(12, [MODEL])]),
+    }),
+}
+TIMES = [5, 6, 7, 8, 8.5, 9, 10, 10.5, 11, 12, 14, 16]
+QUIET = [6, 11, 16]  # when every alert a fault does not name must be silent (before, during and after it)
+
+
+def alert_tests(alert_rules: dict, faults: tuple[str, ...] = tuple(FAULTS)) -> dict:
+    """promtool's test file: for each fault, every alert silent or firing at every time listed."""
+    alerts = {rule["alert"]: rule for group in alert_rules["groups"] for rule in group["rules"]}
+    tests = []
+    for fault in faults:
+        series, expected = FAULTS[fault]
+        assert set(expected) <= set(alerts), fault
+        cases = []
+        for time in TIMES:
+            for name, alert in alerts.items():
+                silent, firing = expected.get(name, (QUIET, []))
+                fires = next((labels for at, labels in firing if at == time), None)
+                if fires is None and time not in silent:
+                    continue
+                exp = [{"exp_labels": {**labels, **alert.get("labels", {})}, "exp_annotations": annotations(alert, labels)}
+                       for labels in fires or []]
+                cases.append({"eval_time": f"{int(time * 60)}s", "alertname": name, "exp_alerts": exp})
+        tests.append({"name": fault, "interval": f"{INTERVAL}s", "input_series": series, "alert_rule_test": cases})
+    return {"rule_files": ["recording.yml", "alerts.yml"], "evaluation_interval": f"{INTERVAL}s", "tests": tests}
+
+
+def recording_tests() -> dict:
+    """The recording rules on known series: one request of 101 tokens, 2 s of decode, finishes every
+    15 s; 4 drafts of 3 tokens per 15 s, 3 first and 1 second positions accepted; two rails' counters."""
+    labels = engine_labels()
+    steps = 40
+    series = [s("vllm:request_generation_tokens_sum", labels, f"0+101x{steps}"), s("vllm:request_generation_tokens_count", labels, f"0+1x{steps}"),
+              s("vllm:request_decode_time_seconds_sum", labels, f"0+2x{steps}"), s("vllm:generation_tokens_total", labels, f"0+150x{steps}"),
+              s("vllm:time_to_first_token_seconds_sum", labels, f"0+0.5x{steps}"), s("vllm:time_to_first_token_seconds_count", labels, f"0+1x{steps}"),
+              s("vllm:spec_decode_num_drafts_total", labels, f"0+4x{steps}"), s("vllm:spec_decode_num_draft_tokens_total", labels, f"0+12x{steps}"),
+              s("vllm:spec_decode_num_accepted_tokens_total", labels, f"0+4x{steps}"),
+              s("vllm:spec_decode_num_accepted_tokens_per_pos_total", {**labels, "position": "0"}, f"0+3x{steps}"),
+              s("vllm:spec_decode_num_accepted_tokens_per_pos_total", {**labels, "position": "1"}, f"0+1x{steps}"),
+              s("vllm:spec_decode_num_accepted_tokens_per_pos_total", {**labels, "position": "2"}, f"0+0x{steps}"),
+              s("dual_spark_rail_transmit_bytes_total", {**WORKER, "job": "node", "rail": "0", "netdev": "enp1s0f0np0", "path": "rdma",
+                                                          "port": "1"}, f"0+{15 * 10**9}x{steps}")]
+    group = {**MODEL}
+
+    def expect(expr: str, value: float, labels: dict = group) -> dict:
+        inside = ",".join(f'{k}="{v}"' for k, v in {"__name__": expr, **labels}.items())
+        return {"expr": expr, "eval_time": "5m", "exp_samples": [{"labels": "{" + inside + "}", "value": value}]}
+
+    tests = [
+        expect("dual_spark:decode_tokens_per_second:per_stream", 50),  # 100 tokens after the first in 2 s
+        expect("dual_spark:generation_tokens_per_second:aggregate", 10),
+        expect("dual_spark:time_to_first_token_seconds:mean", 0.5),
+        expect("dual_spark:spec_decode_acceptance:ratio", 1 / 3),
+        expect("dual_spark:spec_decode_acceptance_length:mean", 2),
+        {"expr": "dual_spark:spec_decode_acceptance:per_position", "eval_time": "5m", "exp_samples": [
+            {"labels": f'{{__name__="dual_spark:spec_decode_acceptance:per_position",node="spark-head",model_name="tiny",position="{position}"}}',
+             "value": value}
+            for position, value in (("0", 0.75), ("1", 0.25), ("2", 0))]},
+        expect("dual_spark:rail_transmit_bytes_per_second", 10**9, {**WORKER, "rail": "0", "netdev": "enp1s0f0np0", "path": "rdma"}),
+    ]
+    return {"rule_files": ["recording.yml"], "evaluation_interval": f"{INTERVAL}s",
+            "tests": [{"name": "the recording rules", "interval": f"{INTERVAL}s", "input_series": series, "promql_expr_test": tests}]}
+
+
+def test_every_alert_fires_on_its_fault_and_stays_silent_otherwise(rendered):
+    """A killed worker (the head stops generating, then its API is down until the pair heals), a
+    rail at 100G, a rail down, a restart loop, a node gone, a collector stopped, a full KV cache with
+    requests waiting, speculation that accepts nothing; and a healthy cluster, where none fires."""
+    here = rendered["pair"]
+    alert_rules = yaml.safe_load((here / "alerts.yml").read_text())
+    fired = {name for _, expected in FAULTS.values() for name in expected}
+    assert fired == {rule["alert"] for group in alert_rules["groups"] for rule in group["rules"]}, "an alert no fault fires"
+    (here / "alerts_test.yml").write_text(yaml.safe_dump(alert_tests(alert_rules), sort_keys=False))
+    (here / "recording_test.yml").write_text(yaml.safe_dump(recording_tests(), sort_keys=False))
+    output = promtool("test", "rules", "alerts_test.yml", "recording_test.yml", cwd=here)
+    assert output.count("SUCCESS") == 2, output
+
+
+def test_an_alert_that_stays_silent_fails_its_test(rendered, tmp_path):
+    """The test above can fail: the same faults against rules whose RailSlow threshold was lost."""
+    for name in ("recording.yml", "alerts.yml"):
+        (tmp_path / name).write_text((rendered["pair"] / name).read_text().replace("< 200000", "< 100000"))
+    alert_rules = yaml.safe_load((tmp_path / "alerts.yml").read_text())
+    (tmp_path / "alerts_test.yml").write_text(yaml.safe_dump(alert_tests(alert_rules, ("a rail at 100G",)), sort_keys=False))
+    done = subprocess.run([tool("promtool"), "test", "rules", "alerts_test.yml"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode != 0 and "DualSparkRailSlow" in done.stdout + done.stderr
+
+
+def test_the_rates_span_four_scrapes():
+    assert window(15) == "60s" and window(30) == "120s" and window(5) == "60s"
+
+
+def test_every_name_used_is_recorded_or_exported():
+    """The dashboards, the alerts and `tasks/status.py` use the recording rules' names, each
+    defined once; the rules use only names the pinned vLLM's /metrics has."""
+    recorded = recorded_names()
+    records = [rule["record"] for group in rules()["recording.yml"]["groups"] for rule in group["rules"]]
+    assert len(records) == len(set(records))
+    used = set(RECORDED.findall(json.dumps(dashboards()))) | set(RECORDED.findall(json.dumps(rules()["alerts.yml"])))
+    used |= set(RECORDED.findall((REPO / "checks/status.py").read_text()))
+    assert used and used <= recorded, used - recorded
+    exported = {line.split("{")[0].split(" ")[0] for line in VLLM_METRICS.read_text().splitlines() if not line.startswith("#")}
+    named = set(VLLM_NAME.findall(json.dumps(rules())))
+    assert named and named <= exported, named - exported
+
+
+def test_every_dashboard_query_is_valid_promql_over_the_rules(tmp_path):
+    """Each panel's query, its variable as Grafana fills it for every node, checked by promtool as a
+    rule's expression; each names the provisioned datasource; vLLM's panels read the recording
+    rules, never vLLM's own names."""
+    queries = []
+    for name, board in dashboards().items():
+        assert board["uid"].startswith("dual-spark-") and not board["editable"]
+        ids = [panel["id"] for panel in board["panels"]]
+        assert len(ids) == len(set(ids))
+        for panel in board["panels"]:
+            assert panel["datasource"]["uid"] == GRAFANA_DATASOURCE_UID, (name, panel["title"])
+            for target in panel["targets"]:
+                assert target["datasource"]["uid"] == GRAFANA_DATASOURCE_UID
+                assert not VLLM_NAME.search(target["expr"]), (name, panel["title"])
+                queries.append(target["expr"].replace("$node", ".+"))
+    (tmp_path / "queries.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": [
+        {"record": f"dashboard:query_{index}", "expr": query} for index, query in enumerate(queries)]}]}))
+    assert f"SUCCESS: {len(queries)} rules found" in promtool("check", "rules", str(tmp_path / "queries.yml"))
+
+
+def test_grafana_is_provisioned_with_the_datasource_and_the_dashboards():
+    cluster = site("pair", {"grafana_image": "grafana/grafana-oss@sha256:" + "a" * 64})
+    files = grafana_files(cluster, "/etc/dual-spark/grafana")
+    datasource = yaml.safe_load(files["/etc/dual-spark/grafana/provisioning/datasources/dual-spark.yaml"])["datasources"][0]
+    assert datasource["uid"] == GRAFANA_DATASOURCE_UID and datasource["jsonData"]["timeInterval"] == f"{INTERVAL}s"
+    assert datasource["url"] == "http://127.0.0.1:9090"
+    stack = yaml.safe_load(files["/etc/dual-spark/grafana/compose.yaml"])["services"]["grafana"]
+    assert stack["image"].endswith("@sha256:" + "a" * 64) and stack["environment"]["GF_SERVER_HTTP_ADDR"] == "127.0.0.1"
+    assert stack["environment"]["GF_AUTH_DISABLE_LOGIN_FORM"] == "true" and stack["network_mode"] == "host"
+    assert {Path(path).name for path in files if path.endswith(".json")} == set(dashboards())
+    assert not any(path.startswith("/etc/dual-spark/grafana") for path in observability_settings(site("pair"), "spark-head").files)
