@@ -192,11 +192,12 @@ def test_a_killed_worker_is_seen_pending_then_firing_then_cleared(prometheus, be
 
 def test_a_real_browser_shows_the_decode_series(prometheus, benchmarked):
     """Debian's headless Chromium opens Prometheus's graph of decode tok/s per stream through the
-    tunnel; the rendered page names the series (the screenshot is kept as an artefact)."""
+    tunnel (the classic UI: Debian's package has no React one); the rendered legend names the
+    series and its node (the screenshot is kept as an artefact)."""
     chromium = shutil.which("chromium") or shutil.which("chromium-browser")
     assert chromium, "no chromium: scripts/test installs Debian's"
     ARTIFACTS.mkdir(parents=True, exist_ok=True)
-    url = f"{prometheus}/graph?g0.expr=dual_spark%3Adecode_tokens_per_second%3Aper_stream&g0.tab=0&g0.range_input=15m"
+    url = f"{prometheus}/classic/graph?g0.expr=dual_spark%3Adecode_tokens_per_second%3Aper_stream&g0.tab=0&g0.range_input=15m"
     browse = [chromium, "--headless", "--no-sandbox", "--disable-gpu", "--hide-scrollbars", "--window-size=1400,900",
               "--virtual-time-budget=15000"]
     dom = subprocess.run([*browse, "--dump-dom", url], capture_output=True, text=True, timeout=120)
