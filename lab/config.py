@@ -39,6 +39,9 @@ AGENTS_DIR = Path(os.environ.get("SPARKLAB_AGENTS", CACHE_DIR / "agents-claude-c
 VLLM_ARGS = ["--enforce-eager", "--dtype", "float32"]
 VLLM_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_KVCACHE_SPACE": "1", "VLLM_CPU_OMP_THREADS_BIND": "nobind",
             "TORCHDYNAMO_DISABLE": "1"}
+# Prometheus's scrape and the collector's reading, in seconds (the deploy's default is 15): the
+# alerts, whose 'for' is a multiple of it, then fire within the lab's recovery time.
+METRICS_INTERVAL = 5
 
 
 @dataclass(frozen=True)

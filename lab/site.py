@@ -19,7 +19,7 @@ import json
 import resource
 from pathlib import Path
 
-from lab.config import CABLE_LAYOUTS, DEPLOY_USER, LAB_DIR, LAB_MODEL, VLLM_ARGS, VLLM_ENV, Node, lab_nodes, rdma_of
+from lab.config import CABLE_LAYOUTS, DEPLOY_USER, LAB_DIR, LAB_MODEL, METRICS_INTERVAL, VLLM_ARGS, VLLM_ENV, Node, lab_nodes, rdma_of
 from layout import IN_CONTAINER
 
 PROFILES = ("adaptive", "fast", "long-c4")
@@ -71,6 +71,7 @@ def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = 
         # The tiny model ends its chat answers; a bare completion runs on: a request that names no length gets 256 tokens.
         "generation_config": {"temperature": 0.0, "top_p": 1.0, "max_new_tokens": 256},
         "serving_ready_timeout": 300,
+        "metrics_interval_seconds": METRICS_INTERVAL,
     })
     lines += table("model", {"path": LAB_MODEL, "served_name": "tiny", "tokenizer_mode": "auto",
                              "tool_call_parser": "hermes", "reasoning_parser": ""})
