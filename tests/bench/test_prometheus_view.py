@@ -1,40 +1,28 @@
 """bench.serving's Prometheus view of its run (bench/prometheus.py), against a stand-in for
 Prometheus's API: the recording rules over the run's length, read as Prometheus answers them."""
 
-import json
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import parse_qs, urlparse
 
 import pytest
 
 from bench import prometheus
+from tests.net import json_server
 
 ASKED: list[str] = []
 
 
 @pytest.fixture(scope="module")
 def api():
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
+    def answer(path: str) -> dict:
+        ASKED.append(parse_qs(urlparse(path).query)["query"][0])
+        return {"status": "success", "data": {"resultType": "matrix", "result": [
+            {"metric": {"__name__": "dual_spark:decode_tokens_per_second:per_stream", "node": "spark-head", "model_name": "tiny"},
+             "values": [[1, "NaN"], [2, "30"], [3, "36"]]},
+            {"metric": {"__name__": "dual_spark:spec_decode_acceptance_length:mean", "node": "spark-head", "model_name": "tiny"},
+             "values": [[1, "3.5"]]}]}}
 
-        def do_GET(self):
-            ASKED.append(parse_qs(urlparse(self.path).query)["query"][0])
-            body = json.dumps({"status": "success", "data": {"resultType": "matrix", "result": [
-                {"metric": {"__name__": "dual_spark:decode_tokens_per_second:per_stream", "node": "spark-head", "model_name": "tiny"},
-                 "values": [[1, "NaN"], [2, "30"], [3, "36"]]},
-                {"metric": {"__name__": "dual_spark:spec_decode_acceptance_length:mean", "node": "spark-head", "model_name": "tiny"},
-                 "values": [[1, "3.5"]]}]}}).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with json_server(answer) as url:
+        yield url
 
 
 def test_the_view_is_every_rule_over_the_run(api):

@@ -7,13 +7,12 @@ import json
 import os
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 from dual_spark import metrics
 
+from tests.net import json_server
 from tests.observability import promtool
 from tests.programs import ARCHIVE
 
@@ -202,31 +201,19 @@ def test_a_label_value_is_escaped():
 @pytest.fixture
 def prometheus_api():
     """Prometheus's HTTP API: a range query of the recording rules and the alerts."""
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
+    def answer(path: str) -> dict:
+        if path.startswith("/api/v1/query?"):
+            return {"status": "success", "data": {"resultType": "matrix", "result": [
+                {"metric": {"__name__": "dual_spark:decode_tokens_per_second:per_stream", "node": "spark-head", "model_name": "tiny"},
+                 "values": [[1, "30"], [2, "NaN"], [3, "40"]]},
+                {"metric": {"__name__": "dual_spark:kv_cache_usage:ratio", "node": "spark-head", "model_name": "tiny"},
+                 "values": [[1, "NaN"]]}]}}
+        return {"status": "success", "data": {"alerts": [{"labels": {"alertname": "DualSparkRailSlow", "node": "spark-worker"},
+                                                          "annotations": {"summary": "Rail 1 is slow"},
+                                                          "state": "firing", "value": "1e+05"}]}}
 
-        def do_GET(self):
-            if self.path.startswith("/api/v1/query?"):
-                body = {"status": "success", "data": {"resultType": "matrix", "result": [
-                    {"metric": {"__name__": "dual_spark:decode_tokens_per_second:per_stream", "node": "spark-head", "model_name": "tiny"},
-                     "values": [[1, "30"], [2, "NaN"], [3, "40"]]},
-                    {"metric": {"__name__": "dual_spark:kv_cache_usage:ratio", "node": "spark-head", "model_name": "tiny"},
-                     "values": [[1, "NaN"]]}]}}
-            else:
-                body = {"status": "success", "data": {"alerts": [{"labels": {"alertname": "DualSparkRailSlow", "node": "spark-worker"},
-                                                                  "annotations": {"summary": "Rail 1 is slow"},
-                                                                  "state": "firing", "value": "1e+05"}]}}
-            data = json.dumps(body).encode()
-            self.send_response(200)
-            self.send_header("Content-Length", str(len(data)))
-            self.end_headers()
-            self.wfile.write(data)
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield f"http://127.0.0.1:{server.server_address[1]}"
-    server.shutdown()
+    with json_server(answer) as url:
+        yield url
 
 
 def rates(url: str) -> dict:

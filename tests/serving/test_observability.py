@@ -24,7 +24,7 @@ import yaml
 from layout import SCRAPE_JOBS, UNIT_FILES
 from operations.observability import dashboards, observability_settings, rules_for
 from tests.fake_host import site
-from tests.net import free_port
+from tests.net import free_port, wait_ready
 from tests.observability import tool
 from tests.programs import ARCHIVE
 from tests.serving.conftest import API_KEY
@@ -63,17 +63,7 @@ def prometheus(vllm_server, tmp_path_factory):
     server = subprocess.Popen(command(directory, port), stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
     url = f"http://127.0.0.1:{port}"
     try:
-        deadline = time.monotonic() + 60
-        while time.monotonic() < deadline:
-            assert server.poll() is None, (directory / "prometheus.log").read_text()[-3000:]
-            try:
-                if requests.get(f"{url}/-/ready", timeout=2).status_code == 200:
-                    break
-            except requests.RequestException:
-                pass
-            time.sleep(0.5)
-        else:
-            pytest.fail("Prometheus was not ready in 60 s:\n" + (directory / "prometheus.log").read_text()[-3000:])
+        wait_ready(server, f"{url}/-/ready", directory / "prometheus.log", 60)
         yield url
     finally:
         server.terminate()
