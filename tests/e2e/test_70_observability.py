@@ -8,8 +8,8 @@ of decode tok/s through the tunnel. A second converge changes nothing, --dry sho
 diff, and the key is in no file Prometheus or the collector reads or writes. Grafana is not run
 here (no registry has it).
 
-The module serves with metrics_interval_seconds = 5 (the deploy's default is 15) so that alerts
-fire within the lab's recovery time; it converges back to the lab's site at the end."""
+The lab's site scrapes every lab.config.METRICS_INTERVAL seconds (the deploy's default is 15), so
+that alerts fire within the lab's recovery time."""
 
 import json
 import os
@@ -26,7 +26,7 @@ import yaml
 
 from bench.remote import forward, head_of
 from lab import faults
-from lab.config import HEAD, NODES, WORKER
+from lab.config import HEAD, METRICS_INTERVAL, NODES, WORKER
 from lab.processes import in_node
 from operations.observability import dashboards, rule_files
 from site_config import load_site
@@ -34,25 +34,13 @@ from tests.e2e.conftest import REPO, SITE, pyinfra, serving_after, site_variant
 from tests.e2e.test_10_converge import changed_operations
 
 pytestmark = pytest.mark.end_to_end
-INTERVAL = 5
 ARTIFACTS = Path(os.environ.get("SPARKLAB_ARTIFACTS", "/tmp/dual-spark-artifacts"))
 VLLM_NAME = re.compile(r"\bvllm:[a-z0-9_:]+")
 API_KEY_FILE = "/var/lib/dual-spark/api-key"
 
 
 @pytest.fixture(scope="module")
-def observed(converged, tmp_path_factory):
-    """The pair converged with scrapes every INTERVAL seconds; the site file; back to the lab's at the end."""
-    site = site_variant(tmp_path_factory.mktemp("site"), metrics_interval_seconds=INTERVAL)
-    result = pyinfra("-y", site=site)
-    assert result.returncode == 0, result.stdout
-    yield site, result
-    restored = pyinfra("-y")
-    assert restored.returncode == 0, restored.stdout
-
-
-@pytest.fixture(scope="module")
-def prometheus(observed):
+def prometheus(converged):
     """The head's Prometheus through an SSH tunnel, as an owner reaches it."""
     cluster = load_site(SITE)
     with head_of(cluster) as client, forward(client, "127.0.0.1", cluster.settings.prometheus_port) as port:
@@ -79,9 +67,8 @@ def active(node, unit: str) -> str:
     return in_node(node.dir, "systemctl", "is-active", unit, capture_output=True, check=False).stdout.strip()
 
 
-def test_prometheus_listens_on_loopback_and_each_exporter_on_its_rail(observed):
-    _, result = observed
-    assert re.search(r"Run Prometheus on the head \(127\.0\.0\.1:9090, 15 days or 8 GiB\)", result.stdout), result.stdout
+def test_prometheus_listens_on_loopback_and_each_exporter_on_its_rail(converged):
+    assert re.search(r"Run Prometheus on the head \(127\.0\.0\.1:9090, 15 days or 8 GiB\)", converged.stdout), converged.stdout
     for node in NODES.values():
         assert active(node, "prometheus-node-exporter") == "active" and active(node, "dual-spark-metrics") == "active", node.name
         assert listening(node, 9100) == [f"10.0.0.{1 if node is HEAD else 2}"], node.name  # never the management LAN
@@ -103,16 +90,15 @@ def test_every_target_is_up(prometheus):
 
 
 @pytest.fixture(scope="module")
-def benchmarked(observed, prometheus, tmp_path_factory):
+def benchmarked(prometheus, tmp_path_factory):
     """A short bench.serving run through the site (it records Prometheus's view of its run); then
     the rules evaluated over it."""
-    site, _ = observed
     out = tmp_path_factory.mktemp("bench")
-    done = subprocess.run([sys.executable, "-m", "bench.serving", "--site", str(site), "--prompt-tokens", "300,1500",
-                           "--concurrency", "1,2", "--requests", "2", "--max-tokens", "64", "--out", str(out)],
+    done = subprocess.run([sys.executable, "-m", "bench.serving", "--site", str(SITE), "--prompt-tokens", "300",
+                           "--concurrency", "1,2", "--requests", "1", "--max-tokens", "64", "--out", str(out)],
                           cwd=REPO, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stdout + done.stderr
-    time.sleep(3 * INTERVAL)
+    time.sleep(3 * METRICS_INTERVAL)
     [raw] = out.glob("serving-*.json")
     return json.loads(raw.read_text()), done.stdout
 
@@ -136,7 +122,7 @@ def test_the_benchmark_kept_prometheus_view_of_its_run(benchmarked):
     assert "Prometheus over the run's" in stdout
 
 
-def test_every_vllm_name_used_is_in_the_lab_vllms_metrics(observed):
+def test_every_vllm_name_used_is_in_the_lab_vllms_metrics(converged):
     text = in_node(HEAD.dir, "python3", "-c", "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:8888/metrics').read().decode())",
                    capture_output=True).stdout
     live = {line.split("{")[0].split(" ")[0] for line in text.splitlines() if line and not line.startswith("#")}
@@ -160,9 +146,8 @@ def test_the_textfile_reads_the_emulated_gpu_memory_rails_and_state(prometheus, 
     assert query(prometheus, "dual_spark_collector_errors") == []
 
 
-def test_status_shows_the_last_five_minutes_and_no_alert(observed, benchmarked):
-    site, _ = observed
-    result = pyinfra("-y", task="tasks/status.py", site=site)
+def test_status_shows_the_last_five_minutes_and_no_alert(benchmarked):
+    result = pyinfra("-y", task="tasks/status.py")
     assert result.returncode == 0, result.stdout
     assert re.search(r"spark-head\s+metrics \(last 5 min\)\s+PASS\s+decode [\d.]+ tok/s per stream", result.stdout), result.stdout
     assert re.search(r"spark-head\s+alerts\s+PASS\s+none firing", result.stdout), result.stdout
@@ -209,22 +194,20 @@ def test_a_real_browser_shows_the_decode_series(prometheus, benchmarked):
     print(f"screenshot: {shot}")
 
 
-def test_a_second_converge_changes_nothing_and_dry_shows_a_change(observed, tmp_path):
-    site, _ = observed
-    again = pyinfra("-y", site=site)
+def test_a_second_converge_changes_nothing_and_dry_shows_a_change(converged, tmp_path):
+    again = pyinfra("-y")
     assert again.returncode == 0 and changed_operations(again.stdout) == 0, again.stdout
     before = (HEAD.root / "etc/systemd/system/prometheus.service.d/50-dual-spark.conf").read_text()
-    longer = site_variant(tmp_path, metrics_interval_seconds=INTERVAL, prometheus_retention_days=30)
+    longer = site_variant(tmp_path, prometheus_retention_days=30)
     dry = pyinfra("--dry", site=longer)
     assert dry.returncode == 0, dry.stdout
     assert "--storage.tsdb.retention.time=30d" in dry.stdout and "Will restart prometheus: its drop-in changed" in dry.stdout
     assert (HEAD.root / "etc/systemd/system/prometheus.service.d/50-dual-spark.conf").read_text() == before
 
 
-def test_the_key_is_in_no_file_of_prometheus_or_the_collector(observed):
-    _, result = observed
+def test_the_key_is_in_no_file_of_prometheus_or_the_collector(converged):
     key = (HEAD.root / API_KEY_FILE.lstrip("/")).read_text().strip()
-    assert key and key not in result.stdout
+    assert key and key not in converged.stdout
     for node in NODES.values():
         for folder in ("etc/prometheus", "var/lib/prometheus/node-exporter", "etc/systemd/system", "var/log/sparklab-units"):
             for path in (node.root / folder).rglob("*"):
