@@ -25,7 +25,7 @@ SCHEDULE = [[1, 1, 3], [2, 4, 1]]  # the lab's profiles draft 3 tokens and batch
 def tuned(converged, tmp_path_factory):
     """One tuner run, end to end: its output, its record and its snippet."""
     out = tmp_path_factory.mktemp("tune")
-    result = subprocess.run([sys.executable, "-m", "bench.tune", "--site", str(SITE), "--prompt-tokens", "512", "--requests", "2",
+    result = subprocess.run([sys.executable, "-m", "bench.tune", "--site", str(SITE), "--prompt-tokens", "512", "--requests", "1",
                              "--max-tokens", "32", "--schedule", json.dumps(SCHEDULE), "--out", str(out)],
                             cwd=REPO, capture_output=True, text=True, timeout=1800)
     assert result.returncode == 0, result.stdout[-5000:] + result.stderr[-5000:]

@@ -22,7 +22,7 @@ SIZES = [300, 1500]  # a character-sized prompt read 862 and 3,983 tokens for th
 # and a C4 group of 1,024-token requests once missed overlapping by 1.4 ms; 2,048 tokens (ignore_eos,
 # within the 4,096-token window with the 1,500-token prompt) double every request's length.
 MAX_TOKENS = 2048
-GROUPS = 2  # rounds of each concurrency
+GROUPS = 1  # rounds of each concurrency
 
 
 @pytest.fixture(scope="module")
