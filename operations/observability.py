@@ -26,6 +26,7 @@ from cluster import Cluster
 from facts.observability import CONFIG_FILES, PACKAGES, ObservabilityState
 from layout import (
     COLLECTOR_STATE,
+    CONTAINER,
     GRAFANA_DATASOURCE_UID,
     GRAFANA_PROJECT,
     PROMETHEUS_DIR,
@@ -156,7 +157,8 @@ def observability_settings(cluster: Cluster, hostname: str) -> ObservabilitySett
         UNIT_FILES["collector"]: render("observability/dual-spark-metrics.service.j2", interval=interval, digest=digest("metrics.py")[:16],
                                         programs=where["programs"], textfile=TEXTFILE, role=node.role,
                                         watchdog_state=f"{where['serving']}/{node.role}-starts", stack_dir=settings.stack_dir,
-                                        state=COLLECTOR_STATE, rails=node.rail_data, textfile_dir=TEXTFILE_DIR),
+                                        state=COLLECTOR_STATE, container=CONTAINER, rails=node.rail_data,
+                                        textfile_dir=TEXTFILE_DIR),
     }
     grafana_dir = f"{settings.stack_dir}/grafana"
     if node.role == "head":

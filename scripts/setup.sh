@@ -4,7 +4,7 @@ set -euo pipefail
 REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="$REPO/.venv"
 LAB_PACKAGES=(debootstrap iproute2 openssh-client iputils-ping gcc netplan.io util-linux python3-venv)
-# The tests' own: a real browser renders the lab's Prometheus (tests/e2e/test_70_observability.py).
+# The tests' own: a real browser renders the lab's Prometheus (tests/e2e/test_48_observability.py).
 TEST_PACKAGES=(chromium)
 
 need_root() {

@@ -106,7 +106,8 @@ def serving(minutes: int = 20) -> list[dict]:
         target = {**node, "job": "node", "instance": "x:9100"}
         series += [s("up", target, f"1x{steps}"), s("dual_spark_collector_last_run_timestamp_seconds", target, f"0+{INTERVAL}x{steps}"),
                    s("dual_spark_watchdog_failed_starts", {**target, "role": "head" if node is HEAD else "worker"}, f"0x{steps}"),
-                   s("dual_spark_watchdog_starts_total", {**target, "role": "head" if node is HEAD else "worker"}, f"1x{steps}")]
+                   s("dual_spark_watchdog_starts_total", {**target, "role": "head" if node is HEAD else "worker"}, f"1x{steps}"),
+                   s("dual_spark_vllm_container_restarts_total", {**target, "role": "head" if node is HEAD else "worker"}, f"0x{steps}")]
         for rail, netdev in enumerate(("enp1s0f0np0", "enP2p1s0f0np0")):
             labels = {**target, "rail": str(rail), "netdev": netdev}
             series += [s("dual_spark_rail_up", labels, f"1x{steps}"), s("dual_spark_rail_present", labels, f"1x{steps}"),
@@ -158,6 +159,20 @@ FAULTS = {
     "a restart loop": (replaced(serving(), s("dual_spark_watchdog_failed_starts", {**WORKER, "job": "node", "instance": "x:9100",
                                                                                    "role": "worker"}, "0x20 1x4 2x8 3x60")), {
         "DualSparkWatchdogRestartLoop": ([5, 6], [(8.5, [{**WORKER, "job": "node", "instance": "x:9100", "role": "worker"}])]),
+    }),
+    # vLLM that serves, then dies, every 75 s from 5 min: each start serves (no backoff), and Docker
+    # counts each restart of its container: six by 11:15.
+    "vLLM dying after it serves, again and again": (replaced(serving(), s("dual_spark_vllm_container_restarts_total",
+                                                                          {**WORKER, "job": "node", "instance": "x:9100", "role": "worker"},
+                                                                          "0x19 1x4 2x4 3x4 4x4 5x4 6x60")), {
+        "DualSparkWatchdogRestartLoop": ([5, 8, 11], [(14, [{**WORKER, "role": "worker"}]), (16, [{**WORKER, "role": "worker"}])]),
+    }),
+    # Seven deliberate changes, one every 75 s (profiles tried, rollbacks): seven starts, each in a
+    # new container, so Docker's count of restarts stays 0.
+    "seven changes in nine minutes": (replaced(serving(), s("dual_spark_watchdog_starts_total",
+                                                            {**WORKER, "job": "node", "instance": "x:9100", "role": "worker"},
+                                                            "1x19 2x4 3x4 4x4 5x4 6x4 7x4 8x60")), {
+        "DualSparkWatchdogRestartLoop": ([6, 11, 14, 16], []),
     }),
     "a node gone": (replaced(serving(), s("up", {**WORKER, "job": "node", "instance": "x:9100"}, "1x20 0x60"),
                              s("dual_spark_collector_last_run_timestamp_seconds", {**WORKER, "job": "node", "instance": "x:9100"},
@@ -242,7 +257,8 @@ def recording_tests() -> dict:
 
 def test_every_alert_fires_on_its_fault_and_stays_silent_otherwise(rendered):
     """A killed worker (the head stops generating, then its API is down until the pair heals), a
-    rail at 100G, a rail down, a restart loop, a node gone, a collector stopped, a full KV cache with
+    rail at 100G, a rail down, a restart loop, vLLM dying again and again after it serves (and
+    deliberate changes as often, which are no loop), a node gone, a collector stopped, a full KV cache with
     requests waiting, speculation that accepts nothing; and a healthy cluster, where none fires."""
     here = rendered["pair"]
     alert_rules = yaml.safe_load((here / "alerts.yml").read_text())

@@ -2,13 +2,14 @@
 read back for `tasks/status.py`.
 
     metrics collect --out FILE --role ROLE --watchdog-state FILE --stack-dir DIR --state FILE
-                    [--rail NETDEV,RDMA ...] [--interval SECONDS] [--once]
+                    --container NAME [--rail NETDEV,RDMA ...] [--interval SECONDS] [--once]
         Every --interval seconds, write FILE (atomically: a temporary file beside it, renamed):
         the GPU's power, temperature, SM clock and utilisation (nvidia-smi; a GB10 reads [N/A]
         for its memory, so the unified memory comes from /proc/meminfo's MemAvailable), each
         rail's link state, speed, MTU and byte and error counters (the netdev's and, where sysfs
-        has them, its RDMA port's), the watchdog's backoff record and the starts seen in it, and
-        the state that serves (profile, image, model revision) as an info metric. A reading that
+        has them, its RDMA port's), the watchdog's backoff record and the starts seen in it, the
+        restarts Docker counts for the vLLM container NAME (its Engine API on /var/run/docker.sock),
+        and the state that serves (profile, image, model revision) as an info metric. A reading that
         fails is left out, never guessed; dual_spark_collector_errors says which.
     metrics ready --url URL [--wait SECONDS] [--after WHAT]
         Wait until Prometheus answers /-/ready; fail saying where to look when it does not.
@@ -21,9 +22,11 @@ read back for `tasks/status.py`.
 from __future__ import annotations
 
 import argparse
+import http.client
 import json
 import math
 import os
+import socket
 import subprocess
 import sys
 import time
@@ -32,6 +35,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+DOCKER_SOCKET = "/var/run/docker.sock"
 GPU_FIELDS = ("index", "name", "power.draw", "temperature.gpu", "clocks.sm", "utilization.gpu")
 # nvidia-smi's field -> (metric, help, factor to the metric's base unit)
 GPU_METRICS = {
@@ -225,6 +229,36 @@ def starts_seen(previous: dict, record: dict | None, mtime: float | None) -> dic
     return {**seen, "mtime": mtime, "healthy": record["healthy"], "failed": record["failed_starts"]}
 
 
+class DockerConnection(http.client.HTTPConnection):
+    """HTTP to Docker's Engine API on its Unix socket."""
+
+    def __init__(self, path: str, timeout: float = 10):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        self.sock.settimeout(self.timeout)
+        self.sock.connect(self.socket_path)
+
+
+def container_restarts(name: str, path: str = DOCKER_SOCKET) -> int | None:
+    """Docker's RestartCount of the container (None when Docker or the container is not there):
+    the times it ended and Docker started it again (the watchdog ending vLLM, a crash). A deploy's
+    change makes a new container, whose count starts from 0: deliberate restarts never count."""
+    connection = DockerConnection(path)
+    try:
+        connection.request("GET", f"/containers/{urllib.parse.quote(name)}/json")
+        response = connection.getresponse()
+        found = json.loads(response.read()) if response.status == 200 else None
+    except (OSError, ValueError, http.client.HTTPException):
+        return None
+    finally:
+        connection.close()
+    count = found.get("RestartCount") if isinstance(found, dict) else None
+    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
+
+
 def served_labels(text: str | None) -> dict | None:
     """The state that serves (operations/records.py's state.json) as the info metric's labels."""
     try:
@@ -273,6 +307,10 @@ def collect(args, state: dict) -> tuple[str, dict]:
         metrics.add("dual_spark_watchdog_record_timestamp_seconds", "gauge", "When the watchdog last wrote its record.", role, mtime)
     metrics.add("dual_spark_watchdog_starts_total", "counter", "vLLM starts seen in the watchdog's record by this collector.", role,
                 state["starts"])
+    restarts = container_restarts(args.container)
+    if restarts is not None:
+        metrics.add("dual_spark_vllm_container_restarts_total", "counter",
+                    "Docker's restarts of the vLLM container (a deploy's change makes a new one, from 0).", role, restarts)
     served = served_labels(read_file(Path(args.stack_dir) / "served/state.json"))
     if served is not None:
         metrics.add("dual_spark_serving_info", "gauge", "The state that serves, as the last first token recorded it.", served, 1.0)
@@ -371,6 +409,7 @@ def main(argv: list[str], prog: str) -> None:
     c.add_argument("--watchdog-state", required=True, help="the watchdog's backoff record")
     c.add_argument("--stack-dir", required=True, help="where served/state.json is")
     c.add_argument("--state", required=True, help="this collector's own record (the starts it has seen)")
+    c.add_argument("--container", required=True, help="the vLLM container's name")
     c.add_argument("--rail", action="append", default=[], help="NETDEV,RDMA of each rail, rail 0 first")
     c.add_argument("--interval", type=float, default=15)
     c.add_argument("--once", action="store_true")

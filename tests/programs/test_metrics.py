@@ -5,8 +5,11 @@ that is missing; and the textfile it writes, as the shipped archive runs it, acc
 
 import json
 import os
+import socketserver
 import subprocess
 import sys
+import threading
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -145,7 +148,7 @@ def collect(tmp_path: Path, nvidia_smi: list[str] | None, *extra: str) -> str:
         smi = [str(script)]
     subprocess.run([sys.executable, str(ARCHIVE), "metrics", "collect", "--out", str(out), "--role", "head", "--watchdog-state",
                     str(tmp_path / "serving/head-starts"), "--stack-dir", str(tmp_path / "stack"), "--state", str(tmp_path / "state.json"),
-                    "--once", "--nvidia-smi", *smi, "--sysfs", str(tmp_path / "sys"), "--proc", str(tmp_path / "proc"), *extra],
+                    "--container", "dual-spark-vllm", "--once", "--nvidia-smi", *smi, "--sysfs", str(tmp_path / "sys"), "--proc", str(tmp_path / "proc"), *extra],
                    check=True, timeout=60)
     assert not [path.name for path in out.parent.iterdir() if path.name != out.name]  # no temporary file left
     return out.read_text()
@@ -190,6 +193,36 @@ def test_a_failing_nvidia_smi_is_named_not_read(tmp_path):
     text = collect(tmp_path, NVML_MISMATCH)
     assert 'dual_spark_gpu_readable{state="Failed to initialize NVML: Driver/library version mismatch"} 0' in text
     assert 'dual_spark_collector_errors{reading="gpu"} 1' in text and "dual_spark_gpu_power_watts" not in text
+
+
+@pytest.fixture
+def docker_api(tmp_path):
+    """Docker's Engine API on a Unix socket: the vLLM container, restarted 3 times; no other."""
+    class Handler(BaseHTTPRequestHandler):
+        def log_message(self, *args):
+            pass
+
+        def do_GET(self):
+            found = self.path == "/containers/dual-spark-vllm/json"
+            body = json.dumps({"Id": "4f1c", "Name": "/dual-spark-vllm", "RestartCount": 3, "State": {"Running": True}} if found
+                              else {"message": f"No such container: {self.path.split('/')[2]}"}).encode()
+            self.send_response(200 if found else 404)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+    path = tmp_path / "docker.sock"
+    server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    yield str(path)
+    server.shutdown()
+
+
+def test_the_container_restarts_are_dockers_count_and_absent_without_it(docker_api, tmp_path):
+    assert metrics.container_restarts("dual-spark-vllm", docker_api) == 3
+    assert metrics.container_restarts("another", docker_api) is None  # 404
+    assert metrics.container_restarts("dual-spark-vllm", str(tmp_path / "no-docker.sock")) is None
 
 
 def test_a_label_value_is_escaped():

@@ -6,7 +6,8 @@ read the lab's emulated GB10 and rails. A killed worker is seen: its alert goes 
 clears once the pair heals. A real browser (Debian's headless Chromium) renders Prometheus's graph
 of decode tok/s through the tunnel. A second converge changes nothing, --dry shows a change's
 diff, and the key is in no file Prometheus or the collector reads or writes. Grafana is not run
-here (no registry has it).
+here (no registry has it). The module runs before test_50's faults, whose restarts in the last
+hour would fire the restart-loop alert it expects silent.
 
 The lab's site scrapes every lab.config.METRICS_INTERVAL seconds (the deploy's default is 15), so
 that alerts fire within the lab's recovery time."""
@@ -173,6 +174,8 @@ def test_a_killed_worker_is_seen_pending_then_firing_then_cleared(prometheus, be
         time.sleep(2)
     starts = query(prometheus, 'dual_spark_watchdog_starts_total{node="spark-worker"}')
     assert starts and float(starts[0]["value"][1]) >= 1
+    restarts = query(prometheus, 'dual_spark_vllm_container_restarts_total{node="spark-worker"}')  # Docker's count: not a deploy's
+    assert restarts and float(restarts[0]["value"][1]) >= 1, restarts
 
 
 def test_a_real_browser_shows_the_decode_series(prometheus, benchmarked):
