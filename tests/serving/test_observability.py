@@ -77,13 +77,20 @@ def query(url: str, expr: str) -> list[dict]:
     return answer["data"]["result"]
 
 
+# The rules every request moves: finite and above 0 over a window that holds the requests.
+MOVED = ("dual_spark:decode_tokens_per_second:per_stream", "dual_spark:generation_tokens_per_second:aggregate",
+         "dual_spark:time_to_first_token_seconds:mean", "dual_spark:time_to_first_token_seconds:p95",
+         "dual_spark:spec_decode_acceptance_length:mean", "dual_spark:spec_decode_drafts_per_second")
+
+
 @pytest.fixture(scope="module")
 def served(vllm_server, prometheus):
-    """A few rounds of requests, two at a time, spread over some seconds so that every rate
-    window holds finished requests; then the rules evaluated over them."""
+    """A few short rounds of requests, two at a time, spread over some seconds so that every rate
+    window holds finished requests; then the rules evaluated over them (up to 30 s, until those
+    the requests move have values)."""
     def ask(index: int) -> None:
         response = requests.post(f"{vllm_server}/v1/completions", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120,
-                                 json={"model": "tiny", "prompt": f"count: 1 2 3 4 5 1 2 3 4 5 1 2 3 {index}", "max_tokens": 96,
+                                 json={"model": "tiny", "prompt": f"count: 1 2 3 4 5 1 2 3 4 5 1 2 3 {index}", "max_tokens": 32,
                                        "ignore_eos": True, "temperature": 0})
         assert response.status_code == 200, response.text
 
@@ -94,7 +101,14 @@ def served(vllm_server, prometheus):
         for thread in threads:
             thread.join()
         time.sleep(1)
-    time.sleep(4 * INTERVAL)  # two scrapes and a rule evaluation after the last request
+
+    def moved() -> bool:
+        values = [float(series["value"][1]) for name in MOVED for series in query(prometheus, name)]
+        return len(values) >= len(MOVED) and all(math.isfinite(value) for value in values)
+
+    deadline = time.monotonic() + 30  # a few scrapes and rule evaluations after the last request
+    while not moved() and time.monotonic() < deadline:
+        time.sleep(INTERVAL)
     return prometheus
 
 
@@ -118,9 +132,7 @@ def test_every_vllm_recording_rule_returns_data(served):
         values[name] = [float(series["value"][1]) for series in result]
     print(json.dumps(values, indent=1))
     assert not missing, f"no data for {missing}"
-    for name in ("dual_spark:decode_tokens_per_second:per_stream", "dual_spark:generation_tokens_per_second:aggregate",
-                 "dual_spark:time_to_first_token_seconds:mean", "dual_spark:time_to_first_token_seconds:p95",
-                 "dual_spark:spec_decode_acceptance_length:mean", "dual_spark:spec_decode_drafts_per_second"):
+    for name in MOVED:
         assert all(math.isfinite(value) and value > 0 for value in values[name]), (name, values[name])
     positions = query(served, "dual_spark:spec_decode_acceptance:per_position")
     assert {series["metric"]["position"] for series in positions} == {"0", "1", "2"}  # the server's three speculative tokens
