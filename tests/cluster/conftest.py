@@ -21,11 +21,6 @@ MEASURED: dict[str, str] = {}
 """What -> how long or how much (the converge, the first token, memory, recovery), printed last."""
 
 
-def pytest_collection_modifyitems(items):
-    """This tier last, after tests/e2e (pytest would collect tests/cluster first)."""
-    items.sort(key=lambda item: HERE in item.path.parents)
-
-
 @pytest.fixture(scope="session")
 def cluster_lab():
     """Four nodes fresh from the factory image through the switch; removed at the end. Bringing

@@ -1,0 +1,11 @@
+"""The order of the tiers in one session: the fast tier first (it fails fast, and CI's
+unprivileged run of it beside scripts/test then overlaps it, not the lab's timings), then the
+end-to-end tiers, the 4-node one (tests/cluster) last: its lab replaces the pair's."""
+
+from pathlib import Path
+
+CLUSTER = Path(__file__).resolve().parent / "cluster"
+
+
+def pytest_collection_modifyitems(items):
+    items.sort(key=lambda item: (CLUSTER in item.path.parents, item.get_closest_marker("end_to_end") is not None))
