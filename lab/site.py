@@ -19,8 +19,19 @@ import json
 import resource
 from pathlib import Path
 
-from lab.config import CABLE_LAYOUTS, DEPLOY_USER, LAB_DIR, LAB_MODEL, METRICS_INTERVAL, VLLM_ARGS, VLLM_ENV, Node, lab_nodes, rdma_of
-from layout import IN_CONTAINER
+from lab.config import (
+    CABLE_LAYOUTS,
+    DEPLOY_USER,
+    LAB_DIR,
+    LAB_MODEL,
+    METRICS_INTERVAL,
+    VLLM_ARGS,
+    VLLM_CACHE,
+    VLLM_ENV,
+    Node,
+    lab_nodes,
+    rdma_of,
+)
 
 PROFILES = ("adaptive", "fast", "long-c4")
 LAB_WINDOW = 65536  # the tiny model's position limit; its KV cache is 2 KiB a token
@@ -62,9 +73,9 @@ def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = 
         # This machine withholds CAP_SYS_RESOURCE: no container may raise a limit above its ceiling.
         "container_ulimits": {"memlock": memlock, "stack": 67108864, "nofile": nofile},
         "container_mounts": shared,
-        # vLLM's cache in the serving state the stack keeps across restarts: a restart skips vLLM's
-        # model inspection, a fresh Python importing vLLM (about 15 s of this machine's CPU on each node).
-        "container_env": {**VLLM_ENV, "VLLM_CACHE_ROOT": f"{IN_CONTAINER['state']}/vllm-cache"},
+        # vLLM's cache, built with the environment and mounted with it (read-only): no start
+        # inspects the model's class in a fresh Python importing vLLM (lab.config.VLLM_CACHE).
+        "container_env": {**VLLM_ENV, "VLLM_CACHE_ROOT": str(VLLM_CACHE)},
         "vllm_extra_args": VLLM_ARGS,
         "speculative_method": "ngram",
         "speculative_options": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},

@@ -1,6 +1,7 @@
 """Prove the CPU vLLM environment generates a token on this machine, the way the lab runs it:
 the tiny model (tiny_model.py) in a temporary directory, served with the lab's arguments and
-environment (config.VLLM_ARGS, VLLM_ENV), one completion on loopback. Run by
+environment (config.VLLM_ARGS, VLLM_ENV), one completion on loopback. Its vLLM cache is the
+environment's vllm-cache (config.VLLM_CACHE), which the lab's vLLM then reads. Run by
 scripts/setup-vllm.sh with the environment's Python, once; on failure it prints the server's
 last lines and exits 1.
 
@@ -49,7 +50,7 @@ def smoke(work: Path) -> tuple[str | None, list[str]]:
     """None when a token came back, else what failed; and the server's last lines."""
     build(work / "model")
     port = free_port()
-    env = {**os.environ, **VLLM_ENV, "VLLM_CACHE_ROOT": str(work / "cache"), "HF_HUB_OFFLINE": "1"}
+    env = {**os.environ, **VLLM_ENV, "VLLM_CACHE_ROOT": str(Path(sys.prefix) / "vllm-cache"), "HF_HUB_OFFLINE": "1"}
     command = [sys.executable, "-m", "vllm.entrypoints.openai.api_server", "--model", str(work / "model"),
                "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--max-model-len", "512",
                *VLLM_ARGS]

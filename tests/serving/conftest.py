@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.config import VLLM_ARGS, VLLM_ENV
+from lab.config import VLLM_ARGS, VLLM_CACHE, VLLM_ENV
 from tests.net import free_port, wait_ready
 
 REPO = Path(__file__).resolve().parents[2]
@@ -39,7 +39,7 @@ def vllm_server(tiny_model, tmp_path_factory):
              "--gpu-memory-utilization", "0.2", "--max-model-len", "4096", "--api-key", API_KEY,
              "--speculative-config", SPECULATIVE, *VLLM_ARGS],
             stdout=handle, stderr=subprocess.STDOUT, start_new_session=True,
-            env={**os.environ, **VLLM_ENV, "VLLM_CACHE_ROOT": str(log.parent / "cache")},
+            env={**os.environ, **VLLM_ENV, "VLLM_CACHE_ROOT": str(VLLM_CACHE)},
         )
     url = f"http://127.0.0.1:{port}"
     try:
