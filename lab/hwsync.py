@@ -46,16 +46,17 @@ def gid_table(netdev: dict) -> list[tuple[str, str]]:
     return [(gid_text(a), kind) for a in addresses for kind in ("IB/RoCE v1", "RoCE v2")]
 
 
+WRITTEN: dict[Path, str] = {}  # what this process last wrote: it is the tree's only writer once started
+
+
 def write(path: Path, text: str) -> None:
-    if not path.exists() or path.read_text() != text:
+    if WRITTEN.get(path) != text:
         path.write_text(text)
+        WRITTEN[path] = text
 
 
 def sync(node_dir: Path) -> None:
-    links = {link["ifname"]: link for link in json.loads(subprocess.check_output(["ip", "-j", "addr"]))}
-    for link in json.loads(subprocess.check_output(["ip", "-j", "-s", "link"])):
-        if link["ifname"] in links:
-            links[link["ifname"]]["stats64"] = link.get("stats64", {})
+    links = {link["ifname"]: link for link in json.loads(subprocess.check_output(["ip", "-j", "-s", "addr"]))}
     for rdma, netdev_name in RDMA_DEVICES.items():
         port = node_dir / "ib" / rdma / "ports" / "1"
         netdev = links.get(netdev_name)
