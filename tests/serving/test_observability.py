@@ -85,15 +85,19 @@ MOVED = ("dual_spark:decode_tokens_per_second:per_stream", "dual_spark:generatio
 
 @pytest.fixture(scope="module")
 def served(vllm_server, prometheus):
-    """A few short rounds of requests, two at a time, spread over some seconds so that every rate
-    window holds finished requests; then the rules evaluated over them (up to 30 s, until those
-    the requests move have values)."""
+    """Once Prometheus has scraped vLLM, a few short rounds of requests, two at a time, spread over
+    some seconds so that every rate window holds finished requests; then the rules evaluated over
+    them (up to 30 s, until those the requests move have values)."""
     def ask(index: int) -> None:
         response = requests.post(f"{vllm_server}/v1/completions", headers={"Authorization": f"Bearer {API_KEY}"}, timeout=120,
                                  json={"model": "tiny", "prompt": f"count: 1 2 3 4 5 1 2 3 4 5 1 2 3 {index}", "max_tokens": 32,
                                        "ignore_eos": True, "temperature": 0})
         assert response.status_code == 200, response.text
 
+    deadline = time.monotonic() + 30  # a first scrape before any request: a rate needs the counter's rise between two
+    while not query(prometheus, f'up{{job="{SCRAPE_JOBS["vllm"]}"}} == 1'):
+        assert time.monotonic() < deadline, "Prometheus never scraped vLLM"
+        time.sleep(INTERVAL)
     for round_ in range(4):
         threads = [threading.Thread(target=ask, args=(round_ * 2 + i,)) for i in range(2)]
         for thread in threads:
