@@ -243,16 +243,17 @@ class DockerConnection(http.client.HTTPConnection):
 
 
 def container_restarts(name: str, path: str = DOCKER_SOCKET) -> int | None:
-    """Docker's RestartCount of the container (None when Docker or the container is not there):
-    the times it ended and Docker started it again (the watchdog ending vLLM, a crash). A deploy's
-    change makes a new container, whose count starts from 0: deliberate restarts never count."""
+    """Docker's RestartCount of the container, None when there is no such container: the times it
+    ended and Docker started it again (the watchdog ending vLLM, a crash). A deploy's change makes
+    a new container, whose count starts from 0: deliberate restarts never count. OSError when
+    Docker does not answer."""
     connection = DockerConnection(path)
     try:
         connection.request("GET", f"/containers/{urllib.parse.quote(name)}/json")
         response = connection.getresponse()
         found = json.loads(response.read()) if response.status == 200 else None
-    except (OSError, ValueError, http.client.HTTPException):
-        return None
+    except (ValueError, http.client.HTTPException) as error:
+        raise OSError(f"Docker's answer: {error}") from error
     finally:
         connection.close()
     count = found.get("RestartCount") if isinstance(found, dict) else None
@@ -307,7 +308,11 @@ def collect(args, state: dict) -> tuple[str, dict]:
         metrics.add("dual_spark_watchdog_record_timestamp_seconds", "gauge", "When the watchdog last wrote its record.", role, mtime)
     metrics.add("dual_spark_watchdog_starts_total", "counter", "vLLM starts seen in the watchdog's record by this collector.", role,
                 state["starts"])
-    restarts = container_restarts(args.container)
+    try:
+        restarts = container_restarts(args.container, args.docker_socket)
+    except OSError:
+        restarts = None
+        errors.append("docker")
     if restarts is not None:
         metrics.add("dual_spark_vllm_container_restarts_total", "counter",
                     "Docker's restarts of the vLLM container (a deploy's change makes a new one, from 0).", role, restarts)
@@ -416,6 +421,7 @@ def main(argv: list[str], prog: str) -> None:
     c.add_argument("--nvidia-smi", nargs="+", default=["nvidia-smi"], help=argparse.SUPPRESS)
     c.add_argument("--sysfs", default="/sys", help=argparse.SUPPRESS)
     c.add_argument("--proc", default="/proc", help=argparse.SUPPRESS)
+    c.add_argument("--docker-socket", default=DOCKER_SOCKET, help=argparse.SUPPRESS)
     r = commands.add_parser("rates")
     r.add_argument("--url", required=True)
     r.add_argument("--window", type=float, default=300)

@@ -136,8 +136,9 @@ def test_the_state_that_serves_becomes_labels():
     assert metrics.served_labels("") is None and metrics.served_labels("[]") is None
 
 
-def collect(tmp_path: Path, nvidia_smi: list[str] | None, *extra: str) -> str:
-    """The archive's `metrics collect --once` against a fake node under ``tmp_path``; the textfile."""
+def collect(tmp_path: Path, nvidia_smi: list[str] | None, *extra: str, docker: str | None = None) -> str:
+    """The archive's `metrics collect --once` against a fake node under ``tmp_path`` (Docker's API
+    on the socket ``docker``, or none); the textfile."""
     out = tmp_path / "textfile/dual-spark.prom"
     out.parent.mkdir(exist_ok=True)
     smi = ["/nonexistent/nvidia-smi"]
@@ -148,13 +149,14 @@ def collect(tmp_path: Path, nvidia_smi: list[str] | None, *extra: str) -> str:
         smi = [str(script)]
     subprocess.run([sys.executable, str(ARCHIVE), "metrics", "collect", "--out", str(out), "--role", "head", "--watchdog-state",
                     str(tmp_path / "serving/head-starts"), "--stack-dir", str(tmp_path / "stack"), "--state", str(tmp_path / "state.json"),
-                    "--container", "dual-spark-vllm", "--once", "--nvidia-smi", *smi, "--sysfs", str(tmp_path / "sys"), "--proc", str(tmp_path / "proc"), *extra],
+                    "--container", "dual-spark-vllm", "--once", "--nvidia-smi", *smi, "--sysfs", str(tmp_path / "sys"), "--proc", str(tmp_path / "proc"),
+                    "--docker-socket", docker or str(tmp_path / "no-docker.sock"), *extra],
                    check=True, timeout=60)
     assert not [path.name for path in out.parent.iterdir() if path.name != out.name]  # no temporary file left
     return out.read_text()
 
 
-def test_the_textfile_of_a_converged_head_holds_every_reading(tmp_path):
+def test_the_textfile_of_a_converged_head_holds_every_reading(tmp_path, docker_api):
     sysfs(tmp_path / "sys", {"enp1s0f0np0": CX7, "enP2p1s0f0np0": {**CX7, "speed": "100000\n"}},
           {"rocep1s0f0": {"1": PORT}, "roceP2p1s0f0": {"1": PORT}})
     (tmp_path / "proc").mkdir()
@@ -164,7 +166,7 @@ def test_the_textfile_of_a_converged_head_holds_every_reading(tmp_path):
     (tmp_path / "stack/served").mkdir(parents=True)
     (tmp_path / "stack/served/state.json").write_text(json.dumps({"profile": "fast", "image": "img:1", "model": {"path": "/srv/m"},
                                                                   "model_digest": "abc"}) + "\n")
-    text = collect(tmp_path, GB10, "--rail", "enp1s0f0np0,rocep1s0f0", "--rail", "enP2p1s0f0np0,roceP2p1s0f0")
+    text = collect(tmp_path, GB10, "--rail", "enp1s0f0np0,rocep1s0f0", "--rail", "enP2p1s0f0np0,roceP2p1s0f0", docker=docker_api)
     promtool("check", "metrics", stdin=text)
     for sample in ['dual_spark_gpu_power_watts{gpu="0",name="NVIDIA GB10"} 4.31',
                    'dual_spark_gpu_sm_clock_hertz{gpu="0",name="NVIDIA GB10"} 208000000',
@@ -174,6 +176,7 @@ def test_the_textfile_of_a_converged_head_holds_every_reading(tmp_path):
                    'dual_spark_rail_transmit_bytes_total{rail="0",netdev="enp1s0f0np0",path="rdma",port="1"} 1000',
                    'dual_spark_rail_roce_port_active{rail="0",netdev="enp1s0f0np0",rdma="rocep1s0f0",port="1"} 1',
                    'dual_spark_watchdog_failed_starts{role="head"} 2', 'dual_spark_watchdog_serving{role="head"} 0',
+                   'dual_spark_vllm_container_restarts_total{role="head"} 3',
                    'dual_spark_serving_info{profile="fast",image="img:1",image_id="",model="/srv/m",revision="",model_digest="abc",since=""} 1']:
         assert sample + "\n" in text, sample
     assert "dual_spark_collector_errors" not in text
@@ -184,6 +187,7 @@ def test_a_node_with_nothing_to_read_still_writes_a_valid_file(tmp_path):
     text = collect(tmp_path, None, "--rail", "enp1s0f0np0,rocep1s0f0")
     promtool("check", "metrics", stdin=text)
     assert 'dual_spark_gpu_readable{state="absent"} 0' in text and 'dual_spark_collector_errors{reading="meminfo"} 1' in text
+    assert 'dual_spark_collector_errors{reading="docker"} 1' in text and "dual_spark_vllm_container_restarts_total" not in text
     assert 'dual_spark_rail_present{rail="0",netdev="enp1s0f0np0"} 0' in text
     assert "dual_spark_gpu_power_watts" not in text and "dual_spark_watchdog_failed_starts" not in text
     assert "dual_spark_serving_info" not in text
@@ -219,10 +223,11 @@ def docker_api(tmp_path):
     server.shutdown()
 
 
-def test_the_container_restarts_are_dockers_count_and_absent_without_it(docker_api, tmp_path):
+def test_the_container_restarts_are_dockers_count_none_without_the_container_and_an_error_without_docker(docker_api, tmp_path):
     assert metrics.container_restarts("dual-spark-vllm", docker_api) == 3
     assert metrics.container_restarts("another", docker_api) is None  # 404
-    assert metrics.container_restarts("dual-spark-vllm", str(tmp_path / "no-docker.sock")) is None
+    with pytest.raises(OSError):
+        metrics.container_restarts("dual-spark-vllm", str(tmp_path / "no-docker.sock"))
 
 
 def test_a_label_value_is_escaped():
