@@ -12,6 +12,10 @@ import re
 
 COMPOSE_PROJECT = "dual-spark"
 CONTAINER = "dual-spark-vllm"
+# Seconds Docker waits for a vLLM container the deploy stops or replaces before it kills it: the head
+# is stopped first, and a rank whose head is gone waits on a collective that never ends, which
+# vLLM's own shutdown ends with SIGKILL after about 10 s (Docker's default wait): nothing is gained.
+STOP_TIMEOUT = 3
 LABELS = {key: f"dual-spark.{key}" for key in ("role", "profile", "model", "stack")}
 API_KEY = "api-key"  # the file in state_dir holding the API key
 MANAGED_MARKER = ".dual-spark-managed"  # in a model directory the deploy made (sync cleans only those)

@@ -13,6 +13,7 @@ import hashlib
 import json
 import shlex
 
+from layout import STOP_TIMEOUT
 from operations.own import claimed
 from operations.runtime import at_once, on_node
 
@@ -55,7 +56,7 @@ def restore(settings, name: str) -> str:
     starts = shlex.quote(f"{settings.restarts_dir}/{settings.role}-starts")
     return (f"{claimed(settings.stack_dir, 'stack_dir').get_raw_value()} && cd {d} && "
             f"test -f {name}/compose.yaml && test -f {name}/launch.sh && {copies} && rm -f {starts} && "
-            f"docker compose --project-directory {d} -f {d}/compose.yaml up -d --force-recreate --remove-orphans")
+            f"docker compose --project-directory {d} -f {d}/compose.yaml up -d --force-recreate --remove-orphans --timeout {STOP_TIMEOUT}")
 
 
 def on_every_node(stacks: list, scripts: list[str], what: str):

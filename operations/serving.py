@@ -25,7 +25,7 @@ from facts.fabric import roce_v2_gid_index
 from facts.runtime import ImageState
 from facts.serving import ModelHeads, ServingState
 from facts.verify import api_reading
-from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, paths, smoke_marker, store_entry
+from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, STOP_TIMEOUT, paths, smoke_marker, store_entry
 from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from operations.readings import read
@@ -426,7 +426,7 @@ def head_stopped_for_change(stacks: list[StackSettings]):
     if everywhere or not running:
         host.noop("the head keeps running" if running else "the head is not running")
         return
-    yield compose(settings.stack_dir, "stop")
+    yield compose(settings.stack_dir, "stop", "--timeout", str(STOP_TIMEOUT))
 
 
 def probe(settings: StackSettings) -> StringCommand:
@@ -460,7 +460,7 @@ def way_back(stacks: list[StackSettings], readings: list[dict], cluster: str, na
     if records[0]["cluster"] == cluster:
         return None, "it is the state recorded as the one that served"
     head, workers = stacks[0], stacks[1:]
-    return [compose(head.stack_dir, "stop"), on_every_node(workers, [restore(worker, name) for worker in workers], "the rollback"),
+    return [compose(head.stack_dir, "stop", "--timeout", str(STOP_TIMEOUT)), on_every_node(workers, [restore(worker, name) for worker in workers], "the rollback"),
             StringCommand("sh", "-c", QuoteString(restore(head, name)))], described(records[0])
 
 
@@ -552,7 +552,7 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
         return
     # a start the deploy makes is no crash loop: it owes no backoff (the watchdog's record of failed starts)
     yield StringCommand("rm", "-f", QuoteString(f"{settings.restarts_dir}/{settings.role}-starts"))
-    yield compose(settings.stack_dir, "up", "-d", "--force-recreate", "--remove-orphans")
+    yield compose(settings.stack_dir, "up", "-d", "--force-recreate", "--remove-orphans", "--timeout", str(STOP_TIMEOUT))
     if head:
         back, back_what = way_back(stacks, readings, cluster, "served") if rollback else (None, "rollback_on_failure is false")
         yield FunctionCommand(served_or_rolled_back, (

@@ -87,7 +87,7 @@ def test_restore_installs_a_record_keeps_what_it_replaces_and_starts_it_owing_no
     assert (stack_dir / "compose.yaml.previous").read_text() == "stack B\n"
     assert not starts.exists()
     calls = (tmp_path / "docker.log").read_text().splitlines()
-    assert calls[-1] == f"compose --project-directory {stack_dir} -f {stack_dir}/compose.yaml up -d --force-recreate --remove-orphans"
+    assert calls[-1] == f"compose --project-directory {stack_dir} -f {stack_dir}/compose.yaml up -d --force-recreate --remove-orphans --timeout 3"
 
 
 def test_restore_without_the_record_changes_nothing(node):
