@@ -1,5 +1,5 @@
-"""The order of the tiers in one session: the fast tier first (it fails fast, and CI's
-unprivileged run of it beside scripts/test then overlaps it, not the lab's timings), then the
+"""The order of the tiers when one session runs them all (plain `pytest`; scripts/test runs the
+fast tier in a session of its own beside the others): the fast tier first (it fails fast), then the
 end-to-end tiers, the 4-node one (tests/cluster) last: its lab replaces the pair's."""
 
 from pathlib import Path
