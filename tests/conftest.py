@@ -1,5 +1,5 @@
-"""The order of the tiers when one session runs them all (plain `pytest`; scripts/test runs the
-fast tier in a session of its own beside the others): the fast tier first (it fails fast), then the
+"""The order of the tiers when one session runs them all (plain `pytest`; scripts/test runs what
+needs no lab in sessions of their own beside the lab's): the fast tier first (it fails fast), then the
 end-to-end tiers, the 4-node one (tests/cluster) last: its lab replaces the pair's."""
 
 from pathlib import Path
