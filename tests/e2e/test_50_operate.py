@@ -2,7 +2,7 @@
 clients command writes Codex and Claude Code configurations that work through the printed SSH
 tunnel (the agents themselves run through it in test_60_agents); and the pair
 heals with no manual step after each fault the issue names, the time from fault to a served
-token measured and printed (README quotes them)."""
+token measured and printed (README quotes them; the worker's vLLM killed is test_48's)."""
 
 import json
 import re
@@ -77,8 +77,7 @@ def test_responses_chat_and_messages_answer_through_the_tunnel(clients, tunnel):
     assert requests.post(f"{base}/responses", timeout=30, json={"model": "tiny", "input": "x"}).status_code == 401
 
 
-FAULTS = {
-    "worker vLLM killed": lambda: faults.kill(WORKER, "vllm serve"),
+FAULTS = {  # the first fault, the worker's vLLM killed, is measured by test_48, where Prometheus watches it too
     "head vLLM killed": lambda: faults.kill(HEAD, "vllm serve"),
     "Docker restarted on the worker": lambda: faults.restart_docker(WORKER),
     "Docker restarted on the head": lambda: faults.restart_docker(HEAD),
