@@ -331,6 +331,11 @@ def compose(stack_dir: str, *args: str) -> StringCommand:
                          QuoteString(f"{stack_dir}/compose.yaml"), *args)
 
 
+def stop(stack_dir: str) -> StringCommand:
+    """Stop the node's stack, waiting STOP_TIMEOUT seconds (not Docker's 10) before killing vLLM."""
+    return compose(stack_dir, "stop", "--timeout", str(STOP_TIMEOUT))
+
+
 def install(stack: Stack, reading: dict, stack_dir: str):
     """Stage both files, check them with the real `docker compose config`, keep the previous
     ones, install into stack_dir only if it is the deploy's (claimed by tasks/runtime.py: a real
@@ -426,7 +431,7 @@ def head_stopped_for_change(stacks: list[StackSettings]):
     if everywhere or not running:
         host.noop("the head keeps running" if running else "the head is not running")
         return
-    yield compose(settings.stack_dir, "stop", "--timeout", str(STOP_TIMEOUT))
+    yield stop(settings.stack_dir)
 
 
 def probe(settings: StackSettings) -> StringCommand:
@@ -460,7 +465,7 @@ def way_back(stacks: list[StackSettings], readings: list[dict], cluster: str, na
     if records[0]["cluster"] == cluster:
         return None, "it is the state recorded as the one that served"
     head, workers = stacks[0], stacks[1:]
-    return [compose(head.stack_dir, "stop", "--timeout", str(STOP_TIMEOUT)), on_every_node(workers, [restore(worker, name) for worker in workers], "the rollback"),
+    return [stop(head.stack_dir), on_every_node(workers, [restore(worker, name) for worker in workers], "the rollback"),
             StringCommand("sh", "-c", QuoteString(restore(head, name)))], described(records[0])
 
 
