@@ -9,6 +9,7 @@ from __future__ import annotations
 import hashlib
 import json
 import re
+import shlex
 
 COMPOSE_PROJECT = "dual-spark"
 CONTAINER = "dual-spark-vllm"
@@ -108,5 +109,6 @@ def paths(state_dir: str, model_dir: str) -> dict[str, str]:
 
 
 def smoke_marker(state_dir: str, tag: str) -> str:
-    """Where a node records the image ID that passed its smoke test."""
-    return f"{paths(state_dir, '')['smoke']}/{tag.replace('/', '_').replace(':', '_')}"
+    """Where a node records that the image ``tag`` names passed its smoke test, as a shell word:
+    one file per image ID, so that another tag of the same image is not tested again."""
+    return f'"{paths(state_dir, "")["smoke"]}/$(docker image inspect -f {{{{.Id}}}} {shlex.quote(tag)} 2>/dev/null)"'

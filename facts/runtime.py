@@ -22,8 +22,8 @@ class ImageState(FactBase[Image]):
     """
     The ID and size in bytes of the image tagged ``tag`` (None where the node lacks it), the
     image ID the smoke test last passed for and the field names of that image's vLLM
-    SpeculativeConfig it read (from ``marker``: the ID, then the names as JSON; None for a marker
-    written before the names were read).
+    SpeculativeConfig it read (from ``marker``, the shell word layout.smoke_marker gives for the
+    image's ID: the ID, then the names as JSON; None for a marker written before the names were read).
 
     .. code:: python
 
@@ -39,7 +39,7 @@ class ImageState(FactBase[Image]):
         return combined({
             "id": StringCommand("docker", "image", "inspect", "-f", "'{{.Id}}'", QuoteString(tag), "2>/dev/null"),
             "size": StringCommand("docker", "image", "inspect", "-f", "'{{.Size}}'", QuoteString(tag), "2>/dev/null"),
-            "smoke": StringCommand("cat", QuoteString(marker), "2>/dev/null"),
+            "smoke": StringCommand("cat", marker, "2>/dev/null"),
         })
 
     def process(self, output: list[str]) -> Image:

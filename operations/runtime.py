@@ -59,17 +59,17 @@ SMOKE = ('import inspect, json, vllm; from vllm.config import SpeculativeConfig 
          'print(json.dumps(sorted(getattr(c, "__dataclass_fields__", None) or inspect.signature(c).parameters)))')
 
 
-def smoke_test(tag: str, image: Image, container: dict, marker: str) -> StringCommand:
+def smoke_test(tag: str, image: Image, container: dict, state_dir: str) -> StringCommand:
     """`import vllm` in a throwaway container, reading the image's SpeculativeConfig fields; when
-    it passes, the marker records the image ID and, on its second line, those fields."""
+    it passes, the image ID's marker records the ID and, on its second line, those fields."""
     keys = StringCommand("printf", "'%s\\n'", '"$keys"', "|", "tail", "-n", "1")
     return StringCommand(
         "docker", "image", "inspect", QuoteString(tag), ">/dev/null", "2>&1", "||",
         "{", "echo", QuoteString(f"{tag} is not on this node: the head sends it (see its errors above)"), ">&2;", "exit", "1;", "}", "&&",
         'keys="$(', "docker", "run", "--rm", "--network", "none", *container_args(container), "--entrypoint", QuoteString(image.python),
         QuoteString(tag), "-c", QuoteString(SMOKE), ')"', "&&", keys, "|", "grep", "-q", QuoteString("^\\["), "&&",
-        "mkdir", "-p", QuoteString(posixpath.dirname(marker)), "&&",
-        "{", "docker", "image", "inspect", "-f", "'{{.Id}}'", QuoteString(tag), "&&", keys, ";", "}", ">", QuoteString(marker),
+        "mkdir", "-p", QuoteString(paths(state_dir, "")["smoke"]), "&&",
+        "{", "docker", "image", "inspect", "-f", "'{{.Id}}'", QuoteString(tag), "&&", keys, ";", "}", ">", smoke_marker(state_dir, tag),
     )
 
 
@@ -252,7 +252,7 @@ def runtime_image(image_name: str, image: Image, user: str, state_dir: str, cont
         ))
         as_root = hop if sender.rank == 0 else StringCommand("sudo", "-n", hop)
         yield FunctionCommand(streamed, (from_upstream(sender, user, as_root),), {})
-    test = smoke_test(tag, image, container, marker).get_raw_value()
+    test = smoke_test(tag, image, container, state_dir).get_raw_value()
     remote = "w " + shlex.quote("sudo -n sh -c " + shlex.quote(test))
     tests = ([(cluster.head.hostname, test)] if not smoked(mine, mine["id"]) else []) + [
         (node.hostname, on_node(node.rail_data, user, remote).get_raw_value())

@@ -12,6 +12,7 @@ import pytest
 
 import programs
 from cluster import Image, Model
+from facts.runtime import ImageState
 from layout import store_entry
 from operations import runtime
 from operations.runtime import fetch, paths
@@ -305,7 +306,7 @@ if args[0] == "save":
 elif args[0] == "load":
     call.append(sys.stdin.read())
 elif args[:3] == ["image", "inspect", "-f"]:
-    print("sha256:" + "ab" * 32 if "Id" in args[3] else "20")
+    print(os.environ.get("IMAGE_ID", "sha256:" + "ab" * 32) if "Id" in args[3] else "20")
 elif args[0] == "run":  # a smoke test, its start and end times kept apart; vLLM does not import on NO_VLLM
     with open(os.environ["RECORD"] + ".times", "a") as times:
         times.write(f"{{node}} start {{time.monotonic()}}\\n")
@@ -380,8 +381,8 @@ HAVE = {"id": IMAGE_ID, "size": 20, "smoke_tested": IMAGE_ID, "speculative_keys"
 UNTESTED = {**HAVE, "smoke_tested": None, "speculative_keys": None}
 LACKS = {**UNTESTED, "id": None}
 IMAGE_ARGS = {"image_name": "x", "image": IMAGE, "user": "spark", "state_dir": "state", "container": NO_CONTAINER}
-MARKER = runtime.smoke_marker("state", IMAGE.tag)  # relative: each node's own, under its directory
-IMAGE_FACT = {"tag": IMAGE.tag, "marker": MARKER}
+IMAGE_FACT = {"tag": IMAGE.tag, "marker": runtime.smoke_marker("state", IMAGE.tag)}  # relative: each node's own
+MARKER = f"state/runtime/{IMAGE_ID}"  # the file that marker names, under each node's directory
 
 
 def test_an_image_hop_from_a_worker_streams_from_it_to_the_next_and_tests_it_there(tmp_path):
@@ -433,6 +434,25 @@ def test_the_smoke_tests_run_at_once_and_one_that_fails_names_its_node_the_other
     times = [line.split() for line in (tmp_path / "record.times").read_text().splitlines()]
     starts, ends = [float(t) for _, what, t in times if what == "start"], [float(t) for _, what, t in times if what == "end"]
     assert len(starts) == 3 and max(starts) < min(ends), times  # all three running at once
+
+
+def test_the_marker_is_the_image_ids_so_another_tag_of_it_is_not_tested_again(tmp_path):
+    """Once the head's smoke test passed, the same image under another tag (a site's new name for
+    the same bytes) reads as tested there, with its fields; another image under that tag does not."""
+    _, results, _ = the_chain(tmp_path, "runtime.ImageState", IMAGE_ARGS, IMAGE_FACT, UNTESTED, HAVE, HAVE)
+    assert results[-1].returncode == 0, results[-1].stderr
+    renamed = "dual-spark/renamed:0123456789ab"
+    fact = ImageState()
+    command = fact.command(tag=renamed, marker=runtime.smoke_marker("state", renamed)).get_raw_value()
+
+    def reading(image_id: str) -> dict:
+        env = {**os.environ, "PATH": f"{tmp_path / 'bin'}:{os.environ['PATH']}", "RECORD": str(tmp_path / "record"), "IMAGE_ID": image_id}
+        output = subprocess.run(["sh", "-c", command], env=env, cwd=tmp_path / "nodes/spark-head", capture_output=True, text=True, timeout=60)
+        return fact.process(output.stdout.splitlines())
+
+    assert reading(IMAGE_ID)["smoke_tested"] == IMAGE_ID and reading(IMAGE_ID)["speculative_keys"] == ["method", "num_speculative_tokens"]
+    other = "sha256:" + "cd" * 32
+    assert reading(other)["id"] == other and reading(other)["smoke_tested"] is None
 
 
 def test_a_model_hop_from_a_worker_runs_sync_there_as_the_deploy_user(tmp_path):
