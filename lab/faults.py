@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import time
 
-from lab import hardware, network, nodes
+from lab import hardware, hwsync, network, nodes
 from lab.config import Node
 from lab.processes import in_node
 
@@ -34,7 +34,7 @@ def link(node: Node, netdev: str, up: bool) -> None:
 def port_down(node: Node, rdma: str, down: bool) -> None:
     fault = hardware.port_down_fault(node, rdma)
     fault.touch() if down else fault.unlink(missing_ok=True)
-    time.sleep(1)  # hwsync.py applies it
+    time.sleep(hwsync.INTERVAL + 1)  # hwsync.py applies it
 
 
 def available_memory(node: Node, gib: float) -> None:

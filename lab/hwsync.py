@@ -84,11 +84,14 @@ def sync(node_dir: Path) -> None:
             write(port / "gid_attrs" / "ndevs" / str(slot), netdev_name + "\n" if kind else "")
 
 
+INTERVAL = 1.0  # seconds between two readings: each forks `ip`, and the lab's two cores are busy
+
+
 def main() -> None:
     node_dir = Path(sys.argv[1])
     while True:
         sync(node_dir)
-        time.sleep(0.3)
+        time.sleep(INTERVAL)
 
 
 if __name__ == "__main__":
