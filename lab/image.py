@@ -173,3 +173,15 @@ def _build_older(out: Path, runtime: Path) -> None:
     (out / "Dockerfile").write_text((runtime / "Dockerfile").read_text().replace(
         "CMD", "# Older: its vLLM reads as one without dynamic speculation (lab/older_vllm.py).\n"
         "COPY sitecustomize.py /usr/local/lib/sparklab-older/\nENV PYTHONPATH=/usr/local/lib/sparklab-older\nCMD"))
+
+
+def build() -> None:
+    """Every image that needs no CPU vLLM environment (the factory image, the runtime build
+    contexts): scripts/setup.sh builds them beside the installs, so that on a fresh machine
+    debootstrap and pip's downloads overlap. ``python3 -m lab.image``: the standard library alone."""
+    factory_image()
+    older_runtime_context()  # and the runtime context it is made from
+
+
+if __name__ == "__main__":
+    build()

@@ -26,6 +26,25 @@ install_lab_packages() {
   fi
 }
 
+# The lab's Debian images (lab/image.py), built in the background while the installs that follow
+# run (`wait_for_lab_images` before the lab is used): on a fresh machine debootstrap's downloads and
+# pip's overlap. Once built they are cached, and this returns at once.
+build_lab_images() {
+  LAB_IMAGES_LOG=$(mktemp /tmp/sparklab-images.XXXXXX)
+  (cd "$REPO" && exec python3 -m lab.image) >"$LAB_IMAGES_LOG" 2>&1 &
+  LAB_IMAGES=$!
+}
+
+wait_for_lab_images() {
+  if ! wait "$LAB_IMAGES"; then
+    echo "Building the lab's images failed:" >&2
+    cat "$LAB_IMAGES_LOG" >&2
+    rm -f "$LAB_IMAGES_LOG"
+    exit 1
+  fi
+  rm -f "$LAB_IMAGES_LOG"
+}
+
 install_venv() {
   if [ ! -x "$VENV/bin/python" ]; then
     echo "--> Creating $VENV"
