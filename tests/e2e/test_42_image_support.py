@@ -33,8 +33,8 @@ def container(node) -> dict:
 def speculative_fields(node, site, image: str) -> list[str]:
     """The SpeculativeConfig fields the node's smoke test read in ``image`` (its marker's second line)."""
     cluster = load_site(site)
-    marker = smoke_marker(cluster.settings.state_dir, cluster.images[image].tag)
-    return json.loads((node.root / marker.lstrip("/")).read_text().splitlines()[1])
+    marker = smoke_marker(cluster.settings.state_dir, cluster.images[image].tag)  # a shell word: the image ID's file
+    return json.loads(in_node(node.dir, "sh", "-c", f"cat {marker}", capture_output=True).stdout.splitlines()[1])
 
 
 @pytest.mark.parametrize("profile", LACKING)
