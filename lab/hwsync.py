@@ -20,6 +20,7 @@ from lab.config import RDMA_DEVICES
 
 GID_SLOTS = 16
 EMPTY_GID = ":".join(["0000"] * 8)
+INTERVAL = 1.0  # seconds between two readings: each forks `ip`, and the lab's two cores are busy
 
 
 def gid_text(address: ipaddress.IPv6Address) -> str:
@@ -82,9 +83,6 @@ def sync(node_dir: Path) -> None:
             write(port / "gids" / str(slot), gid + "\n")
             write(port / "gid_attrs" / "types" / str(slot), kind + "\n" if kind else "")
             write(port / "gid_attrs" / "ndevs" / str(slot), netdev_name + "\n" if kind else "")
-
-
-INTERVAL = 1.0  # seconds between two readings: each forks `ip`, and the lab's two cores are busy
 
 
 def main() -> None:
