@@ -1,11 +1,20 @@
 """The order of the tiers when one session runs them all (plain `pytest`; scripts/test runs what
 needs no lab in sessions of their own beside the lab's): the fast tier first (it fails fast), then the
-end-to-end tiers, the 4-node one (tests/cluster) last: its lab replaces the pair's."""
+end-to-end tiers, the 4-node one (tests/cluster) last: its lab replaces the pair's. A test marked
+`as_root` makes its case as only root can (a file of another owner): skipped for other users, run
+by scripts/test in its root session."""
 
+import os
 from pathlib import Path
+
+import pytest
 
 CLUSTER = Path(__file__).resolve().parent / "cluster"
 
 
 def pytest_collection_modifyitems(items):
+    if os.geteuid() != 0:
+        for item in items:
+            if item.get_closest_marker("as_root"):
+                item.add_marker(pytest.mark.skip(reason="makes a file of another owner: needs root"))
     items.sort(key=lambda item: (CLUSTER in item.path.parents, item.get_closest_marker("end_to_end") is not None))

@@ -132,7 +132,7 @@ def test_a_disk_that_is_not_mounted_is_never_made(node):
     assert not (node / "srv/disk").exists() and not (node / "var/lib/dual-spark").exists()
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="an earlier version's directories are root's: adopting one needs root")
+@pytest.mark.as_root
 def test_an_earlier_versions_directories_are_adopted_and_said_so(node):
     (node / "var/lib/dual-spark/bin").mkdir(parents=True)
     (node / "var/lib/dual-spark/bin/model_sync.py").write_text("# an earlier version's\n")
@@ -151,7 +151,7 @@ def test_an_earlier_versions_directories_are_adopted_and_said_so(node):
     assert not plan(claims, read(claims)).changes
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="an earlier version's directories are root's: the test makes one of another owner")
+@pytest.mark.as_root
 def test_an_unmarked_directory_of_another_owner_is_not_adopted_even_with_those_files(node):
     stack = node / "etc/dual-spark"
     stack.mkdir()

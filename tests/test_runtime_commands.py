@@ -156,7 +156,7 @@ def test_a_token_that_is_a_link_is_refused_never_mounted_and_what_it_names_untou
     assert oct(secret.stat().st_mode & 0o777) == "0o640" and "$6$hash" not in result.stdout + result.stderr
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another owner needs root to make")
+@pytest.mark.as_root
 def test_a_token_of_another_owner_is_refused(tmp_path):
     token = tmp_path / "token"
     token.write_text("hf_theirs")
