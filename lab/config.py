@@ -46,7 +46,9 @@ AGENTS_DIR = Path(os.environ.get("SPARKLAB_AGENTS", CACHE_DIR / "agents-claude-c
 # GiB to touch again.
 KV_CACHE_BYTES = 256 * 2**20
 VLLM_ARGS = ["--enforce-eager", "--dtype", "float32", "--kv-cache-memory-bytes", str(KV_CACHE_BYTES)]
-VLLM_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "TORCHDYNAMO_DISABLE": "1"}
+# Its processes fork instead of importing vLLM again (lab/vllm_sitecustomize.py keeps the choice).
+VLLM_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "TORCHDYNAMO_DISABLE": "1",
+            "VLLM_WORKER_MULTIPROC_METHOD": "fork"}
 # Prometheus's scrape and the collector's reading, in seconds (the deploy's default is 15): the
 # alerts, whose 'for' is a multiple of it, then fire within the lab's recovery time.
 METRICS_INTERVAL = 5

@@ -1,7 +1,10 @@
 """The lab's CPU vLLM environment, as scripts/test left it: its Pythons start with the collector
-held (lab/vllm_sitecustomize.py, installed as that environment's sitecustomize)."""
+held, and its processes fork (lab/vllm_sitecustomize.py, installed as that environment's
+sitecustomize; lab/config.py asks for fork)."""
 
 import subprocess
+from pathlib import Path
+from urllib.parse import urlsplit
 
 import pytest
 
@@ -16,3 +19,34 @@ def test_a_python_of_the_lab_vllm_starts_with_the_collector_held_until_its_timer
     installed, state = subprocess.run([VLLM_PYTHON, "-c", script], capture_output=True, text=True, check=True, timeout=60).stdout.splitlines()
     assert open(installed).read() == SOURCE.read_text()
     assert state == "False ['MainThread', 'sparklab-gc-held']"
+
+
+def processes() -> dict[int, tuple[int, bytes]]:
+    """Every process: its parent and its command line."""
+    found = {}
+    for proc in Path("/proc").iterdir():
+        try:
+            parent = int((proc / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            found[int(proc.name)] = (parent, (proc / "cmdline").read_bytes())
+        except (ValueError, OSError):
+            continue
+    return found
+
+
+def torch_at(pid: int) -> str:
+    """Where torch's library starts in that process's address space."""
+    maps = Path(f"/proc/{pid}/maps").read_text().splitlines()
+    return next(line.split("-")[0] for line in maps if line.endswith("/libtorch_cpu.so"))
+
+
+def test_the_servers_engine_is_forked_not_spawned(vllm_server):
+    """A forked process has its parent's address space, torch where the parent has it; a spawned
+    one is laid out anew, at random (the kernel's randomize_va_space)."""
+    assert Path("/proc/sys/kernel/randomize_va_space").read_text().strip() != "0"
+    port = str(urlsplit(vllm_server).port).encode()
+    table = processes()
+    server = next(pid for pid, (_, cmdline) in table.items()
+                  if b"vllm.entrypoints.openai.api_server" in cmdline and b"\0--port\0" + port + b"\0" in cmdline)
+    engines = [pid for pid, (parent, cmdline) in table.items() if parent == server and cmdline.startswith(b"VLLM::")]
+    assert engines, f"no vLLM process under the server {server}"
+    assert {pid: torch_at(pid) for pid in engines} == {pid: torch_at(server) for pid in engines}
