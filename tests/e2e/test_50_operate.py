@@ -77,7 +77,8 @@ def test_responses_chat_and_messages_answer_through_the_tunnel(clients, tunnel):
     assert requests.post(f"{base}/responses", timeout=30, json={"model": "tiny", "input": "x"}).status_code == 401
 
 
-FAULTS = {  # the first fault, the worker's vLLM killed, is measured by test_48, where Prometheus watches it too
+FAULTS = {
+    "worker vLLM killed": lambda: faults.kill(WORKER, "vllm serve"),
     "head vLLM killed": lambda: faults.kill(HEAD, "vllm serve"),
     "Docker restarted on the worker": lambda: faults.restart_docker(WORKER),
     "Docker restarted on the head": lambda: faults.restart_docker(HEAD),
