@@ -50,7 +50,8 @@ VLLM_ARGS = ["--enforce-eager", "--dtype", "float32", "--kv-cache-memory-bytes",
 VLLM_ENV = {"VLLM_TARGET_DEVICE": "cpu", "VLLM_CPU_OMP_THREADS_BIND": "nobind", "TORCHDYNAMO_DISABLE": "1",
             "VLLM_WORKER_MULTIPROC_METHOD": "fork"}
 # Prometheus's scrape and the collector's reading, in seconds (the deploy's default is 15): the
-# alerts, whose 'for' is a multiple of it, then fire within the lab's recovery time.
+# alerts, whose 'for' is a multiple of it, then fire within half a minute (test_48 keeps a worker
+# down that long: the lab's pair heals a single fault sooner).
 METRICS_INTERVAL = 5
 
 
