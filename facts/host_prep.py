@@ -159,8 +159,9 @@ class ManagedPaths(FactBase[Managed]):
     """
     The project's files (as FileDigests) and directories, in one round trip: for each directory
     what `stat` says of it without following a link (mode, owner, kind), where `realpath`
-    resolves it, and which of ``names`` it holds as regular files (not links): the deploy's
-    marker, an earlier version's files. Run by root; nothing is changed.
+    resolves it, and which of ``names`` it holds as regular files (not links) of root's or of the
+    directory's owner: the deploy's marker, an earlier version's files. Run by root; nothing is
+    changed.
 
     .. code:: python
 
@@ -181,7 +182,8 @@ class ManagedPaths(FactBase[Managed]):
         return combined({"files": FileDigests().command(files), "directories": StringCommand(
             "for d in", *(QuoteString(d) for d in directories), "; do", 'echo "path $d";',
             "stat -c '%a %U:%G %F' -- \"$d\" 2>/dev/null;", 'realpath -e -- "$d" 2>/dev/null;',
-            "for n in", *(QuoteString(n) for n in names), '; do if [ -f "$d/$n" ] && [ ! -L "$d/$n" ]; then echo "holds $n"; fi; done;',
+            "for n in", *(QuoteString(n) for n in names), '; do if [ -f "$d/$n" ] && [ ! -L "$d/$n" ] && '
+            '{ [ -O "$d/$n" ] || [ "$(stat -c %u -- "$d/$n")" = "$(stat -c %u -- "$d")" ]; }; then echo "holds $n"; fi; done;',
             "done",
         )})
 

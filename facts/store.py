@@ -22,8 +22,8 @@ class Store(TypedDict):
 class StoreState(FactBase[Store]):
     """
     The directories directly in the model store ``model_dir`` named as its entries are
-    (``layout.STORE_ENTRY``), each with whether it is the deploy's (a real directory holding its
-    marker); and the host paths that any file named ``compose.yaml*`` under ``stack_dir`` (the
+    (``layout.STORE_ENTRY``), each with whether it is the deploy's (a real directory of root's or
+    of the store's owner, writable by no one else, holding its marker, also theirs); and the host paths that any file named ``compose.yaml*`` under ``stack_dir`` (the
     stack, the one before it, rollback records) mounts at /model in a container. A stack file that
     does not read as YAML is named in ``unreadable``.
 
@@ -39,7 +39,9 @@ class StoreState(FactBase[Store]):
 
     def command(self, model_dir: str, stack_dir: str) -> StringCommand:
         marker = MANAGED_MARKER
-        entries = ('for e in *; do if [ -d "$e" ] && [ ! -L "$e" ] && [ -f "$e/' + marker + '" ] && [ ! -L "$e/' + marker + '" ]; '
+        ours = 'ours() { case "$(stat -c %u -- "$1")" in 0|"$(stat -c %u .)") ;; *) return 1;; esac; }; '
+        entries = (ours + 'for e in *; do if [ -d "$e" ] && [ ! -L "$e" ] && ours "$e" && [ $((0$(stat -c %a -- "$e") & 022)) -eq 0 ] '
+                   '&& [ -f "$e/' + marker + '" ] && [ ! -L "$e/' + marker + '" ] && ours "$e/' + marker + '"; '
                    'then echo "marked $e"; elif [ -e "$e" ] || [ -L "$e" ]; then echo "other $e"; fi; done')
         stacks = ('for f; do echo "' + FILE + '$f"; cat -- "$f"; echo; done')
         return combined({

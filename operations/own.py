@@ -1,10 +1,12 @@
 """The deploy's own directories on a node (state_dir, model_dir, stack_dir): nothing that exists
-without the deploy's marker has its owner, mode or contents changed. One shell command checks
-and acts: each directory from ``site_schema.own_top`` down to the path either exists as a real
-directory (no symbolic link on the way) holding the marker, or is made (one level at a time, in
-a parent that exists) and marked; only then is the final directory given its owner and mode.
-Anything else is refused, naming the path and the fix. The site's parse is the first line (the
-path rule); this is the second, on the node."""
+without the deploy's marker has its owner, mode or contents changed, and a marker proves nothing
+without its owner. One shell command checks and acts: each directory from
+``site_schema.own_top`` down to the path either exists as a real directory (no symbolic link on
+the way) that only root and the deploy user can change, holding the marker of one of them, or is
+made (one level at a time, in a parent that exists and that, with every directory above it up to
+one of root's, no one else can change) and marked; only then is the final directory given its
+owner and mode. Anything else is refused, naming the path, its owner and mode, and the fix. The
+site's parse is the first line (the path rule); this is the second, on the node."""
 
 from __future__ import annotations
 
@@ -23,11 +25,26 @@ from site_schema import own_top
 LEGACY = {"state_dir": ("bin/model_sync.py",), "stack_dir": ("compose.yaml", "launch.sh")}
 NAMES = [MANAGED_MARKER, *dict.fromkeys(name for names in LEGACY.values() for name in names)]
 MARKER_TEXT = "Made or adopted by the dual-spark deploy, which may change what is in this directory."
-# The shell functions of the check: refuse with a message; a directory with no link on its way;
-# a regular file that is no link; a directory holding the marker. And of the act: write the marker.
-CHECK = ('no() { echo "$1" >&2; exit 1; }; real() { [ -d "$1" ] && [ ! -L "$1" ] && [ "$(realpath -e -- "$1")" = "$1" ]; }; '
-         'regular() { [ -f "$1" ] && [ ! -L "$1" ]; }; marked() { regular "$1/' + MANAGED_MARKER + '"; };')
-MARK = "mark() { echo " + shlex.quote(MARKER_TEXT) + ' > "$1"; };'
+# Where a directory's mode lets someone other than its owner write (group or others): octal 022.
+OPEN_TO_OTHERS = 0o022
+
+
+def checks(owner: str = "root") -> str:
+    """The shell functions of the checks, trusting root and ``owner`` (the user a claim gives its
+    directory) and no one else: refuse with a message; refuse naming a path's owner and mode; a
+    directory with no link on its way; one only root and ``owner`` can change (theirs, writable
+    by no one else); the directories above one, up to the first of root's (a sticky one of root's,
+    like /tmp, is shared safely); a regular file that is no link; a directory holding the marker,
+    root's or ``owner``'s. And of the act: write the marker."""
+    return ('no() { echo "$1" >&2; exit 1; }; foreign() { no "$1 is $(stat -c %U -- "$1")\'s, mode $(stat -c %a -- "$1"): $2"; }; '
+            'real() { [ -d "$1" ] && [ ! -L "$1" ] && [ "$(realpath -e -- "$1")" = "$1" ]; }; '
+            f'mine() {{ case "$(stat -c %U -- "$1")" in root|{owner}) ;; *) return 1;; esac; }}; '
+            f'closed() {{ mine "$1" && [ $((0$(stat -c %a -- "$1") & 0{OPEN_TO_OTHERS:o})) -eq 0 ]; }}; '
+            'above() { up="$1"; while mine "$up"; do if [ "$(stat -c %u -- "$up")" = 0 ]; then closed "$up" || [ -k "$up" ]; return; fi; '
+            'closed "$up" || return 1; up=$(dirname -- "$up"); done; return 1; }; '
+            'regular() { [ -f "$1" ] && [ ! -L "$1" ]; }; '
+            f'marked() {{ closed "$1" && regular "$1/{MANAGED_MARKER}" && mine "$1/{MANAGED_MARKER}"; }}; '
+            "mark() { echo " + shlex.quote(MARKER_TEXT) + ' > "$1"; };')
 
 
 @dataclass(frozen=True)
@@ -72,6 +89,23 @@ def no_parent(parent: str, claim: Claim) -> str:
             f"else create it (sudo mkdir {parent}) or name another directory in site.toml ({claim.field})")
 
 
+def foreign(path: str, fields: str, owner: str) -> str:
+    """The fix for a directory someone other than root and ``owner`` can change, after its owner
+    and mode (which the shell's ``foreign`` and ``plan`` name)."""
+    return (f"a user other than root and {owner} can change it, so the deploy writes nothing there and runs nothing "
+            f"from it. Name a directory of the deploy's own in site.toml ({fields}), or, if it is yours to give: "
+            f"sudo chown root: {path} && sudo chmod go-w {path}")
+
+
+def trusted(info: dict, owner: str, shared: bool = False) -> bool:
+    """Whether only root and ``owner`` can change a directory (ManagedPaths' reading): theirs and
+    writable by no one else, or, ``shared``, a sticky one of root's (like /tmp)."""
+    user, mode = info["owner"].split(":")[0], int(info["mode"], 8)
+    if user not in ("root", owner):
+        return False
+    return not mode & OPEN_TO_OTHERS or (shared and user == "root" and bool(mode & 0o1000))
+
+
 def legacy(claim: Claim | None) -> tuple[str, ...]:
     return LEGACY.get(claim.field, ()) if claim is not None else ()
 
@@ -81,6 +115,7 @@ class Level:
     path: str
     fields: list[str]
     final: Claim | None = None  # the claim whose own directory this is
+    owner: str = "root"  # the user besides root trusted in it: the deploy user where a claim below it is theirs
 
 
 def structure(claims: list[Claim]) -> tuple[list[tuple[str, Claim]], list[Level]]:
@@ -98,6 +133,7 @@ def structure(claims: list[Claim]) -> tuple[list[tuple[str, Claim]], list[Level]
             level = found.setdefault(path, Level(path, []))
             if claim.field not in level.fields:
                 level.fields.append(claim.field)
+            level.owner = claim.owner if claim.owner != "root" else level.owner
         found[claim.path].final = found[claim.path].final or claim
     return list(parents.items()), list(found.values())
 
@@ -118,14 +154,23 @@ class Plan:
         return bool(self.lines)
 
 
+def owner_of(claims: list[Claim]) -> str:
+    """The one user besides root the claims trust (the deploy user), root where none is theirs."""
+    return next((claim.owner for claim in claims if claim.owner != "root"), "root")
+
+
 def plan(claims: list[Claim], directories: dict) -> Plan:
     """What the claims' command will do, read from ManagedPaths' directories; an OperationError
     naming the path and the fix where it would refuse."""
     parents, ordered = structure(claims)
+    owner = owner_of(claims)
     for parent, claim in parents:
         info = directories.get(parent)
         if info is None or info["kind"] != "directory" or info["realpath"] != parent:
             raise OperationError(f"{host.name}: {no_parent(parent, claim)}")
+        if not trusted(info, owner, shared=True):
+            raise OperationError(f"{host.name}: {parent} is {info['owner'].split(':')[0]}'s, mode {info['mode']}: "
+                                 f"{foreign(parent, claim.field, owner)}")
     result = Plan([], [])
     for level in ordered:
         info = directories.get(level.path) or {"kind": "absent"}
@@ -139,6 +184,9 @@ def plan(claims: list[Claim], directories: dict) -> Plan:
             what = (f"is a {info['kind']}" + (f" to {info['realpath']}" if info["realpath"] else "") if info["kind"] != "directory"
                     else f"lies under a symbolic link (it is {info['realpath']})")
             raise OperationError(f"{host.name}: {not_real(level.path, fields, what)}")
+        if not trusted(info, owner):
+            raise OperationError(f"{host.name}: {level.path} is {info['owner'].split(':')[0]}'s, mode {info['mode']}: "
+                                 f"{foreign(level.path, fields, owner)}")
         if MANAGED_MARKER not in info["holds"]:
             earlier = legacy(claim)
             if not (earlier and info["owner"].split(":")[0] == "root" and all(name in info["holds"] for name in earlier)):
@@ -156,15 +204,18 @@ def claim_command(claims: list[Claim], owned: list[Claim]) -> StringCommand:
     mark it, mark an earlier version's directory, give the ``owned`` final directories their owner
     and mode. A refusal exits before anything is changed."""
     parents, ordered = structure(claims)
-    parts: list = [CHECK, MARK]
+    owner = owner_of(claims)
+    parts: list = [checks(owner)]
     for parent, claim in parents:
-        parts += ["real", QuoteString(parent), "||", "no", QuoteString(no_parent(parent, claim)), ";"]
+        parts += ["real", QuoteString(parent), "||", "no", QuoteString(no_parent(parent, claim)), ";",
+                  "above", QuoteString(parent), "||", "foreign", '"$up"', QuoteString(foreign(parent, claim.field, owner)), ";"]
     for level in ordered:
         path, fields, earlier = QuoteString(level.path), ", ".join(level.fields), legacy(level.final)
         adoptable = ["||", "{", "[", '"$(stat', "-c", "%u", "--", path, ')"', "=", "0", "]", *[
             piece for name in earlier for piece in ("&&", "regular", QuoteString(f"{level.path}/{name}"))], ";", "}"] if earlier else []
         parts += ["if", "[", "-e", path, "]", "||", "[", "-L", path, "];", "then",
                   "real", path, "||", "no", QuoteString(not_real(level.path, fields)), ";",
+                  "closed", path, "||", "foreign", path, QuoteString(foreign(level.path, fields, owner)), ";",
                   "marked", path, *adoptable, "||", "no", QuoteString(not_ours(level.path, fields)), ";", "fi;"]
     for level in ordered:
         path, earlier = QuoteString(level.path), legacy(level.final)
@@ -184,22 +235,26 @@ def claim_command(claims: list[Claim], owned: list[Claim]) -> StringCommand:
     return StringCommand(*parts)
 
 
-def claimed(path: str, field: str) -> StringCommand:
-    """Shell that goes on only if ``path`` is a directory the deploy claimed (real, marked): the
-    guard of a later command that writes there as root."""
+def claimed(path: str, field: str, owner: str = "root") -> StringCommand:
+    """Shell that goes on only if ``path`` is a directory the deploy claimed for ``owner`` (real,
+    only root and ``owner`` can change it, marked by one of them): the guard of a later command
+    that writes there as root."""
     quoted = QuoteString(path)
-    return StringCommand(CHECK, "{", "real", quoted, "&&", "marked", quoted, "||", "no",
-                         QuoteString(f"{field} {path} is not a directory the deploy claimed (a real directory holding "
-                                     f"{MANAGED_MARKER}): run `pyinfra inventory.py tasks/runtime.py`, which makes and marks it"),
+    return StringCommand(checks(owner), "{", "real", quoted, "&&", "marked", quoted, "||", "no",
+                         QuoteString(f"{field} {path} is not a directory the deploy claimed (a real directory only root "
+                                     f"and {owner} can change, holding their {MANAGED_MARKER}): run `pyinfra inventory.py tasks/runtime.py`, which makes and marks it"),
                          ";", "}")
 
 
 def entry_claimed(store: str, entry: str, user: str) -> StringCommand:
-    """Shell, after ``claimed(store, ...)`` (whose functions it uses), that goes on only if
-    ``entry``, a directory of the model store ``store``, is the deploy's: found real and marked,
-    or made there now by ``user`` and marked. Never a directory someone else made."""
+    """Shell, after ``claimed(store, ..., user)`` (whose functions it uses), that goes on only if
+    ``entry``, a directory of the model store ``store``, is the deploy's: found real, root's or
+    ``user``'s and marked, or made there now by ``user`` and marked. Never a directory someone
+    else made."""
     quoted = QuoteString(entry)
     make = f'mkdir -m 755 -- "$1" && echo {shlex.quote(MARKER_TEXT)} > "$1/{MANAGED_MARKER}"'
-    return StringCommand("{", "if", "[", "-e", quoted, "]", "||", "[", "-L", quoted, "];", "then", "real", quoted, "&&",
-                         "marked", quoted, "||", "no", QuoteString(not_ours(entry, "model_dir")), ";", "else", "sudo", "-n", "-u",
+    return StringCommand("{", "if", "[", "-e", quoted, "]", "||", "[", "-L", quoted, "];", "then", "real", quoted, "||",
+                         "no", QuoteString(not_real(entry, "model_dir")), ";", "closed", quoted, "||", "foreign", quoted,
+                         QuoteString(foreign(entry, "model_dir", user)), ";", "marked", quoted, "||", "no",
+                         QuoteString(not_ours(entry, "model_dir")), ";", "else", "sudo", "-n", "-u",
                          QuoteString(user), "sh", "-c", QuoteString(make), "-", quoted, "||", "exit", "1;", "fi;", "}")

@@ -401,7 +401,7 @@ def fetch(model: Model, user: str, where: dict, store: str, entry: str, image: I
         copy = [*as_user, "rsync", "-a", "--delete", "--exclude", QuoteString(f"/{OWN_FILES}*"), "--info=progress2",
                 "--no-inc-recursive", QuoteString(source + "/"), QuoteString(entry + "/")]
         return FunctionCommand(streamed, (StringCommand(
-            claimed(store, "model_dir"), "&&", readable, "&&", fits, "&&", entry_claimed(store, entry, user), "&&",
+            claimed(store, "model_dir", user), "&&", readable, "&&", fits, "&&", entry_claimed(store, entry, user), "&&",
             "python3", QuoteString(where["programs"]), "progress", "run", "--what",
             QuoteString(f"copying the model from {model.path}"), "--", *copy),), {})
     token = StringCommand(
@@ -412,7 +412,7 @@ def fetch(model: Model, user: str, where: dict, store: str, entry: str, image: I
         QuoteString(token_fix(hf_token_file, user, f"a symbolic link, not a regular file, or not owned by {user}") + ": nothing was fetched"),
         ">&2;", "exit", "1;;", "esac;")
     command = StringCommand(
-        token, claimed(store, "model_dir"), "&&", entry_claimed(store, entry, user), "&&",
+        token, claimed(store, "model_dir", user), "&&", entry_claimed(store, entry, user), "&&",
         "docker", "run", "--rm", "--network", "host", "-e", QuoteString(f"HF_ENDPOINT={hf_endpoint}"),
         *container_args(container, FETCH_ENV),
         "-v", QuoteString(f"{entry}:/model"), "-v", QuoteString(f"{where['programs']}:{IN_CONTAINER['programs']}:ro"), '"$@"',

@@ -10,7 +10,7 @@ from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 
 from facts.store import StoreState
-from operations.own import CHECK
+from operations.own import checks
 from operations.peer import reachable, warn_unreachable
 from operations.readings import read
 
@@ -21,25 +21,27 @@ _planned: dict = {"state": None, "named": {}}
 
 
 @operation()
-def store_pruned(model_dir: str, stack_dir: str, keep: str):
+def store_pruned(model_dir: str, stack_dir: str, keep: str, user: str):
     """
     On every node, once the head serves: remove each directory of the model store that carries
     the deploy's marker and that no stack file (any ``compose.yaml*`` under ``stack_dir``: the
     stack, the one before it, rollback records) mounts at /model, and that is not ``keep``. A
-    directory without the marker, a link, or a name the store does not give stays; so does every
+    directory without the marker, one another user than root and ``user`` can change (or whose
+    marker is another's), a link, or a name the store does not give stays; so does every
     directory while a stack file does not read, and what the stack files named when the run
-    planned (its diff lists all it removes). The command checks the marker again as it removes.
+    planned (its diff lists all it removes). The command checks owner and marker again as it removes.
 
     + model_dir: the model store
     + stack_dir: where the stack files are
     + keep: the store's directory of the model the site names (``layout.store_entry``)
+    + user: the deploy user, the store's owner
 
     **Example:**
 
     .. code:: python
 
         store_pruned(model_dir="/var/lib/dual-spark/model", stack_dir="/etc/dual-spark",
-                     keep=store_entry("/var/lib/dual-spark/model", cluster.model.source))
+                     keep=store_entry("/var/lib/dual-spark/model", cluster.model.source), user="spark")
     """
     head = host.data.cluster.head.hostname
     if reachable(head) is None:
@@ -66,6 +68,7 @@ def store_pruned(model_dir: str, stack_dir: str, keep: str):
     for path in unused:
         host.log(f"will remove {path}: no stack file mounts it", logger.info)
         quoted = QuoteString(path)
-        yield StringCommand(CHECK, "{", "real", quoted, "&&", "marked", quoted, "||", "no",
-                            QuoteString(f"{path} is no longer the deploy's (no marker): not removed"), ";", "}", "&&",
+        yield StringCommand(checks(user), "{", "real", quoted, "&&", "marked", quoted, "||", "no",
+                            QuoteString(f"{path} is no longer the deploy's (no marker, or a user other than root and {user} "
+                                        "can change it): not removed"), ";", "}", "&&",
                             "rm", "-rf", "--", quoted)

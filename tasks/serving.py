@@ -39,5 +39,5 @@ stack_up(
 store_pruned(
     name="Remove the model store's directories that no stack file names (once the head serves)",
     model_dir=cluster.settings.model_dir, stack_dir=cluster.settings.stack_dir,
-    keep=store_entry(cluster.settings.model_dir, cluster.model.source),
+    keep=store_entry(cluster.settings.model_dir, cluster.model.source), user=cluster.deploy_user,
 )

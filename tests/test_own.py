@@ -160,5 +160,67 @@ def test_an_unmarked_directory_of_another_owner_is_not_adopted_even_with_those_f
     os.chown(stack, 65534, 65534)
     claims = claims_of(node)
     result = sh(claim_command(claims, claims))
-    assert result.returncode == 1 and f"{stack} exists and is not the deploy's" in result.stderr
+    assert result.returncode == 1 and f"{stack} is nobody's, mode 755: a user other than root and {ME} can change it" in result.stderr
     assert not (stack / MANAGED_MARKER).exists() and stack.stat().st_uid == 65534
+
+
+def test_a_marker_in_a_directory_others_can_write_counts_for_nothing(node):
+    shared = node / "srv/shared"
+    shared.mkdir()
+    (shared / MANAGED_MARKER).write_text("planted\n")
+    (shared / "notes").write_text("theirs\n")
+    shared.chmod(0o777)
+    claims = claims_of(node, model="srv/shared")
+    with pytest.raises(OperationError, match=f"{shared} is {ME}'s, mode 777: a user other than root and {ME} can change it"):
+        plan(claims, read(claims))
+    before = tree(node)
+    result = sh(claim_command(claims, claims))  # as if the reading had found it the deploy's: the command checks again
+    assert result.returncode == 1
+    assert f"{shared} is {ME}'s, mode 777: a user other than root and {ME} can change it" in result.stderr
+    assert "sudo chown root: " in result.stderr and tree(node) == before
+
+
+def test_a_directory_under_one_others_can_write_is_never_made(node):
+    (node / "srv/open").mkdir()
+    (node / "srv/open").chmod(0o777)
+    claims = claims_of(node, model="srv/open/models")
+    with pytest.raises(OperationError, match=f"{node}/srv/open is {ME}'s, mode 777: a user other than root and {ME}"):
+        plan(claims, read(claims))
+    before = tree(node)
+    result = sh(claim_command(claims, claims))
+    assert result.returncode == 1 and f"{node}/srv/open is {ME}'s, mode 777" in result.stderr
+    assert tree(node) == before and not (node / "var/lib/dual-spark").exists()
+
+
+@pytest.mark.as_root
+def test_a_marker_another_user_planted_counts_for_nothing(node):
+    """Theirs: a directory of another user's holding a marker of theirs; and a marker of theirs in
+    a directory of root's. Neither is the deploy's, and neither is touched."""
+    theirs = node / "srv/theirs"
+    theirs.mkdir()
+    (theirs / MANAGED_MARKER).write_text("planted\n")
+    os.chown(theirs / MANAGED_MARKER, 65534, 65534)
+    os.chown(theirs, 65534, 65534)
+    claims = claims_of(node, model="srv/theirs")
+    with pytest.raises(OperationError, match=f"{theirs} is nobody's, mode 755: a user other than root and {ME} can change it"):
+        plan(claims, read(claims))
+    before = tree(node)
+    assert sh(claim_command(claims, claims)).returncode == 1 and tree(node) == before and theirs.stat().st_uid == 65534
+    os.chown(theirs, 0, 0)  # root's now, but the marker is still theirs
+    with pytest.raises(OperationError, match=f"{theirs} exists and is not the deploy's"):
+        plan(claims, read(claims))
+    result = sh(claim_command(claims, claims))
+    assert result.returncode == 1 and f"{theirs} exists and is not the deploy's" in result.stderr
+    assert (theirs / MANAGED_MARKER).read_text() == "planted\n" and (theirs / MANAGED_MARKER).stat().st_uid == 65534
+
+
+@pytest.mark.as_root
+def test_a_data_disk_directory_in_another_users_directory_is_refused(node):
+    (node / "srv/bob").mkdir()
+    os.chown(node / "srv/bob", 65534, 65534)
+    claims = claims_of(node, model="srv/bob/models")
+    with pytest.raises(OperationError, match=f"{node}/srv/bob is nobody's, mode 755: a user other than root"):
+        plan(claims, read(claims))
+    result = sh(claim_command(claims, claims))
+    assert result.returncode == 1 and f"{node}/srv/bob is nobody's, mode 755" in result.stderr
+    assert list((node / "srv/bob").iterdir()) == [] and not (node / "var/lib/dual-spark").exists()

@@ -2,8 +2,11 @@
 showed: a directory the stack files named when the run planned stays, even once the stack the
 run installs no longer names it (compose.yaml.previous moved on)."""
 
+import subprocess
 from pathlib import Path
 
+from facts.store import StoreState
+from layout import MANAGED_MARKER
 from operations.store import store_pruned
 from tests.fake_host import load, running, task_arguments
 
@@ -29,3 +32,19 @@ def test_the_run_removes_only_what_its_plan_showed():
     with running(case) as (state, _):
         state.is_executing = True
         assert [command for command in run(case, [new, old]) if f"rm -rf -- {older}" in command]  # no plan: the files decide
+
+
+def test_a_marked_entry_another_user_can_change_is_not_the_stores(tmp_path):
+    """The reading counts an entry the deploy's only if root or the store's owner owns it and its
+    marker, and no one else can write it: a marker alone proves nothing."""
+    store, stacks = tmp_path / "model", tmp_path / "stacks"
+    store.mkdir()
+    stacks.mkdir()
+    for name in ("lab-ours-0123456789ab", "lab-open-0123456789ab"):
+        (store / name).mkdir()
+        (store / name / MANAGED_MARKER).write_text("marker\n")
+    (store / "lab-open-0123456789ab").chmod(0o777)
+    fact = StoreState()
+    output = subprocess.run(["sh", "-c", fact.command(str(store), str(stacks)).get_raw_value()],
+                            capture_output=True, text=True, timeout=30).stdout
+    assert fact.process(output.splitlines())["entries"] == {"lab-ours-0123456789ab": True, "lab-open-0123456789ab": False}
