@@ -6,12 +6,13 @@ import posixpath
 from io import StringIO
 
 from pyinfra import host, logger
-from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
 from facts.fabric import FabricState, Link
 from layout import RUN_DIR
 from operations.readings import read
 from operations.render import render, show_diff
+from operations.upload import upload
 
 STAGING_DIR = f"{RUN_DIR}/netplan-check"
 
@@ -78,7 +79,7 @@ def netplan_rails(path: str, rails: list[dict], mtu: int, hostname: str, others:
     staged = posixpath.join(STAGING_DIR, path.lstrip("/"))
     yield StringCommand("rm", "-rf", STAGING_DIR, "&&", "mkdir", "-p", posixpath.join(STAGING_DIR, "etc"),
                         "&&", "cp", "-a", "/etc/netplan", posixpath.join(STAGING_DIR, "etc/"))
-    yield FileUploadCommand(StringIO(content), staged, remote_temp_filename=host.get_temp_filename(staged))
+    yield from upload(StringIO(content), staged)
     yield StringCommand("chmod", "600", QuoteString(staged), "&&", "netplan", "generate", "--root-dir", STAGING_DIR)
     if installed is not None:
         yield StringCommand("cp", "-p", QuoteString(path), StringCommand(QuoteString(f"{path}.bak-"), '"$(date +%Y%m%d-%H%M%S)"', _separator=""))

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import IO
 
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, QuoteString, StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.api.util import get_file_sha256
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
@@ -21,6 +21,7 @@ from facts.host_prep import ArchiveFiles, FileInfo, ManagedPaths
 from operations.own import NAMES, Claim, claim_command, plan, reading_paths
 from operations.readings import read
 from operations.render import show_diff, show_line
+from operations.upload import private, upload
 
 
 def file_differs(src: str | IO[bytes], mode: str, info: FileInfo | None) -> bool:
@@ -33,7 +34,7 @@ def put_changed(entries: list[tuple[str, str, str]], current: dict[str, FileInfo
     (source, destination, mode) that differs."""
     for src, dest, mode in entries:
         if file_differs(src, mode, current.get(dest)):
-            yield from files.put._inner(src=src, dest=dest, user="root", group="root", mode=mode, create_remote_dir=True)
+            yield from private(files.put._inner(src=src, dest=dest, user="root", group="root", mode=mode, create_remote_dir=True))
 
 
 def program_files(src: str | IO[bytes]) -> dict[str, str]:
@@ -80,7 +81,7 @@ def put_programs(programs: list[tuple[str | IO[bytes], str, str]], current: dict
             if not exists and posixpath.dirname(dest) not in made:
                 made.add(posixpath.dirname(dest))
                 yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(dest)))
-            yield FileUploadCommand(src, dest, remote_temp_filename=host.get_temp_filename(dest))
+            yield from upload(src, dest)
         yield StringCommand("chown", "root:root", QuoteString(dest))
         yield StringCommand("chmod", mode, QuoteString(dest))
 

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 from pyinfra import host
-from pyinfra.api import FileUploadCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import apt
 
@@ -43,6 +43,7 @@ from operations.own import claimed
 from operations.peer import acts_here
 from operations.readings import read
 from operations.render import render, show_diff, show_line
+from operations.upload import upload
 from programs import digest
 
 REPO = Path(__file__).resolve().parents[1]
@@ -196,7 +197,7 @@ def put_text(path: str, text: str, info: dict | None):
         show_diff(path, host.get_fact(FileContents, path=path) if exists and host.state.config.DIFF else None, text)
         if not exists:
             yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(path)))
-        yield FileUploadCommand(BytesIO(text.encode()), path, remote_temp_filename=host.get_temp_filename(path))
+        yield from upload(BytesIO(text.encode()), path)
     yield StringCommand("chown", "root:root", QuoteString(path))
     yield StringCommand("chmod", "644", QuoteString(path))
 
@@ -313,7 +314,7 @@ def prometheus_running(settings: ObservabilitySettings):
         commands.append(StringCommand("rm", "-rf", STAGING, "&&", "mkdir", "-p", STAGING))
         for path in configs:  # promtool checks the configuration with the rules it names
             staged = f"{STAGING}/{posixpath.basename(path)}"
-            commands.append(FileUploadCommand(BytesIO(settings.files[path].encode()), staged, remote_temp_filename=host.get_temp_filename(staged)))
+            commands += upload(BytesIO(settings.files[path].encode()), staged)
     new = list(installed(reading, settings.role, ["prometheus"]))
     commands += new
     if config_changed:
@@ -372,7 +373,7 @@ def grafana_running(settings: ObservabilitySettings):
         commands.append(StringCommand("rm", "-rf", GRAFANA_STAGING, "&&", "mkdir", "-p", *folders))
         for path, text in wanted.items():
             staged = GRAFANA_STAGING + path[len(settings.grafana_dir):]
-            commands.append(FileUploadCommand(BytesIO(text.encode()), staged, remote_temp_filename=host.get_temp_filename(staged)))
+            commands += upload(BytesIO(text.encode()), staged)
         commands.append(StringCommand("docker", "compose", "-f", f"{GRAFANA_STAGING}/compose.yaml", "config", "-q"))
         commands.append(StringCommand(claimed(settings.stack_dir, "stack_dir"), "&&", "rm", "-rf", QuoteString(settings.grafana_dir), "&&",
                                       "cp", "-r", GRAFANA_STAGING, QuoteString(settings.grafana_dir), "&&", "chmod", "-R", "go-w,a+rX",

@@ -15,7 +15,7 @@ from collections.abc import Callable
 from pathlib import Path
 
 from pyinfra import host, logger
-from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
 from cluster import Cluster, Image, Model, Node
 from facts.runtime import ImageState, ModelState, token_fix, token_path, token_refusal
@@ -23,6 +23,7 @@ from files.dual_spark.room import short
 from layout import FABRIC_CIPHER, IN_CONTAINER, OWN_FILES, SSH_OPTIONS, paths, smoke_marker, store_entry
 from operations.own import claimed, entry_claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
+from operations.upload import upload
 
 PROGRESS_EVERY = 10  # seconds between the progress lines of a long step
 # The hub fetch's own environment, which a site's container_env does not change (the rest of it
@@ -222,15 +223,15 @@ def runtime_image(image_name: str, image: Image, user: str, state_dir: str, cont
             yield StringCommand("docker", "tag", QuoteString(image.ref), QuoteString(tag))
         else:
             context = posixpath.join(state_dir, "build", image_name)
-            upload = f"{context}.tar.gz"
-            yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(upload)))
-            yield FileUploadCommand(build_context(image.build), upload, remote_temp_filename=host.get_temp_filename(upload))
+            archive = f"{context}.tar.gz"
+            yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(archive)))
+            yield from upload(build_context(image.build), archive)
             yield StringCommand("rm", "-rf", QuoteString(context), "&&", "mkdir", "-p", QuoteString(context), "&&",
-                                "tar", "-xzf", QuoteString(upload), "-C", QuoteString(context))
+                                "tar", "-xzf", QuoteString(archive), "-C", QuoteString(context))
             host.log(f"will build {tag} from {image.build}", logger.info)
             yield watched(programs, f"building {tag}", "docker", "build", "-t", QuoteString(tag),
                           QuoteString(context))
-            yield StringCommand("rm", "-rf", QuoteString(context), QuoteString(upload))
+            yield StringCommand("rm", "-rf", QuoteString(context), QuoteString(archive))
     receivers = down_the_chain(cluster, readings, lambda node, reading: mine["id"] is not None and reading["id"] == mine["id"],
                                "sending the runtime image")
     size = f" ({gib(mine['size'])})" if mine["size"] else ""

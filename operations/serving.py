@@ -16,7 +16,7 @@ from io import StringIO
 import click
 import yaml
 from pyinfra import host, logger
-from pyinfra.api import FileUploadCommand, FunctionCommand, OperationError, QuoteString, StringCommand, operation
+from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
 from checks import table
 from checks.serving import heads_refusal
@@ -33,6 +33,7 @@ from operations.records import cluster_state, described, on_every_node, record, 
 from operations.render import render, show_diff
 from operations.runtime import streamed
 from operations.status import cluster_status
+from operations.upload import upload
 from programs import digest
 
 STAGING = f"{RUN_DIR}/stack-check"
@@ -345,7 +346,7 @@ def install(stack: Stack, reading: dict, stack_dir: str):
     yield StringCommand("rm", "-rf", STAGING, "&&", "mkdir", "-p", STAGING)
     for name, text in zip(FILES, (stack.compose, stack.launch)):
         staged = f"{STAGING}/{name}"
-        yield FileUploadCommand(StringIO(text), staged, remote_temp_filename=host.get_temp_filename(staged))
+        yield from upload(StringIO(text), staged)
     yield StringCommand("chmod", "755", f"{STAGING}/launch.sh", "&&", "docker", "compose", "-f", f"{STAGING}/compose.yaml",
                         "config", "-q")
     for name in FILES:

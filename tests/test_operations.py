@@ -20,12 +20,14 @@ several share, ``_serving/`` what both serving folders share."""
 
 import importlib
 import json
+import posixpath
 from pathlib import Path
 
 import pytest
-from pyinfra.api import OperationError
+from pyinfra.api import FileUploadCommand, OperationError
 
-from tests.fake_host import load, operations, run_operation
+from operations.upload import UPLOAD_DIR
+from tests.fake_host import command_text, load, operations, run_operation, running, site, task_arguments
 
 HERE = Path(__file__).parent
 FIXTURES = sorted((HERE / "operations").glob("[!_]*/[!_]*.json"))
@@ -49,6 +51,10 @@ def test_operation(fixture):
         assert host.noop_description == case["noop"]
 
 
+def case_user(case: dict) -> str:
+    return site(case["site"], case.get("settings"), case.get("tables")).deploy_user
+
+
 def test_every_operation_has_fixtures():
     covered = {path.parent.name for path in FIXTURES}
     for module, name, _ in operations():
@@ -70,3 +76,24 @@ def test_a_case_is_its_base_with_the_rest_merged_in(tmp_path):
     assert facts["x=1"] == facts["x=2"] == {"pings": [{"received": 3}, {"received": 0}], "mtu": 9000}
     assert facts["x=3"] == {"pings": [{"received": 3}, {"received": 3}], "mtu": 1500}
     assert "base" not in json.dumps(load(tmp_path / "base.json"))
+
+
+def test_every_upload_lands_first_in_the_private_directory():
+    """Whatever any case uploads lands first in operations/upload.py's directory, made the deploy
+    user's alone just before: never under a name another local user could create first, as
+    pyinfra's own hash of the destination under /tmp is."""
+    uploads = 0
+    for fixture in FIXTURES:
+        case = load(fixture)
+        if "exception" in case:
+            continue
+        module, name = fixture.parent.name.rsplit(".", 1)
+        op = getattr(importlib.import_module(f"operations.{module}"), name)
+        with running(case):
+            commands = list(op._inner(**{**task_arguments(op, case.get("args", {})), **case.get("args", {})}))
+        for before, command in zip([None, *commands], commands):
+            if isinstance(command, FileUploadCommand):
+                uploads += 1
+                assert posixpath.dirname(command.remote_temp_filename) == UPLOAD_DIR, fixture
+                assert command_text(before).endswith(f"install -d -m 700 -o {case_user(case)} {UPLOAD_DIR}"), fixture
+    assert uploads > 20

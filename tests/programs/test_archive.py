@@ -23,6 +23,7 @@ from tests.fake_host import args_key, run_operation
 from tests.programs import ARCHIVE
 
 DEST = "/var/lib/dual-spark/bin/dual-spark.pyz"
+PRIVATE = "install -d -m 755 -o root -g root /run/dual-spark && install -d -m 700 -o spark /run/dual-spark/upload"
 
 
 def test_the_same_sources_make_the_same_bytes():
@@ -89,7 +90,7 @@ def test_a_dry_run_shows_the_archive_as_one_program():
     lines = sum(len(text.splitlines()) for text in programs.sources().values())
     digest = hashlib.sha256(programs.built()).hexdigest()
     commands, host = install(None)
-    assert commands == ["mkdir -p /var/lib/dual-spark/bin", ["upload", f"<{len(programs.built())} bytes, sha256 {digest}>", DEST],
+    assert commands == ["mkdir -p /var/lib/dual-spark/bin", PRIVATE, ["upload", f"<{len(programs.built())} bytes, sha256 {digest}>", DEST],
                         f"chown root:root {DEST}", f"chmod 755 {DEST}"]
     assert host.printed == [f"[spark-head] Will create {DEST} (program, {lines} lines, sha256 {digest[:12]}): "
                             "full diff with --data show_program_diffs=true"]
@@ -105,7 +106,7 @@ def test_the_full_diff_of_the_archive_is_file_by_file():
     del theirs["dual_spark/health.py"]
     commands, host = install({"kind": "file", "mode": "755", "owner": "root:root", "sha256": "0" * 64}, show_program_diffs=True,
                              facts={"host_prep.ArchiveFiles": {f"path={DEST}": {"files": theirs, "unreadable": []}}})
-    assert len(commands) == 3
+    assert len(commands) == 4 and commands[0] == PRIVATE
     said = [line for line in host.printed if line.startswith("[spark-head] Will")]
     assert said == [f"[spark-head] Will create {DEST}/dual_spark/health.py", f"[spark-head] Will modify {DEST}/dual_spark/retired.py",
                     f"[spark-head] Will modify {DEST}/dual_spark/watchdog.py"]
