@@ -19,6 +19,9 @@ CONTAINER = "dual-spark-vllm"
 STOP_TIMEOUT = 3
 LABELS = {key: f"dual-spark.{key}" for key in ("role", "profile", "model", "stack")}
 API_KEY = "api-key"  # the file in state_dir holding the API key
+# The first or second line of every configuration file the deploy writes: one without it is not
+# the deploy's, and is never overwritten (operations/managed.py ``refuse_theirs``).
+MANAGED_HEADER = "# Managed by the dual-spark deploy"
 MANAGED_MARKER = ".dual-spark-managed"  # in a model directory the deploy made (sync cleans only those)
 MANIFEST = ".dual-spark-manifest.json"  # in a model directory on the head: its SHA-256 manifest
 VERIFIED = ".dual-spark-verified.json"  # in a model directory on a worker: what was verified there

@@ -10,6 +10,7 @@ from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
 from facts.fabric import FabricState, Link
 from layout import RUN_DIR
+from operations.managed import refuse_theirs
 from operations.readings import read
 from operations.render import render, show_diff
 from operations.upload import upload
@@ -28,7 +29,8 @@ def netplan_rails(path: str, rails: list[dict], mtu: int, hostname: str, others:
     Install a netplan file for the fabric rails and apply it, only when it changed. The file is
     rendered from the rails, then checked by the real ``netplan generate`` beside the node's
     other netplan files in a staging root, and never installed or applied if that fails. The
-    previous version is backed up next to it. An unchanged file is applied again only when a
+    previous version is backed up next to it; a file there the deploy did not write (no header of
+    its own) is refused, never replaced. An unchanged file is applied again only when a
     rail's live MTU or address drifted from it. Refuses a rail netdev that is absent, or that
     carries the address this node is reached on (the management LAN, read from the node).
 
@@ -75,6 +77,7 @@ def netplan_rails(path: str, rails: list[dict], mtu: int, hostname: str, others:
             host.noop(f"{path} is up to date and applied")
         return
 
+    refuse_theirs(path, installed, "root", "netplan_path")
     show_diff(path, installed, content)
     staged = posixpath.join(STAGING_DIR, path.lstrip("/"))
     yield StringCommand("rm", "-rf", STAGING_DIR, "&&", "mkdir", "-p", posixpath.join(STAGING_DIR, "etc"),

@@ -55,14 +55,15 @@ def user_in_group(user: str, group: str):
 
 
 @operation()
-def host_settings(entries: list[tuple[str, str, str]], systemd_dropin: str, sysctl_key: str, sysctl_value: int):
+def host_settings(entries: list[tuple[str, str, str, str]], systemd_dropin: str, sysctl_key: str, sysctl_value: int):
     """
     The OS settings two-node serving needs, in one round trip: root-owned configuration files
-    (pyinfra's files.put for those that differ, with their diffs), systemd re-executed when its
+    (pyinfra's files.put for those that differ, with their diffs; one the deploy did not write is
+    refused), systemd re-executed when its
     manager drop-in changed and systemd is PID 1, and a kernel parameter set live where this
     kernel has it (the AppArmor userns key is Ubuntu's).
 
-    + entries: (local source, remote destination, mode) of each file
+    + entries: (local source, remote destination, mode, the site setting naming it) of each file
     + systemd_dropin: which destination is a systemd manager drop-in
     + sysctl_key, sysctl_value: the parameter to set now
 
@@ -70,14 +71,14 @@ def host_settings(entries: list[tuple[str, str, str]], systemd_dropin: str, sysc
 
     .. code:: python
 
-        host_settings(entries=[("files/host_prep/99-rdma.conf", "/etc/security/limits.d/99-rdma.conf", "644")],
+        host_settings(entries=[("files/host_prep/99-rdma.conf", "/etc/security/limits.d/99-rdma.conf", "644", "memlock_limits_path")],
                       systemd_dropin="/etc/systemd/system.conf.d/90-rdma-memlock.conf",
                       sysctl_key="kernel.apparmor_restrict_unprivileged_userns", sysctl_value=0)
     """
-    current = read(host, HostSettings, paths=[dest for _, dest, _ in entries], key=sysctl_key)
+    current = read(host, HostSettings, paths=[dest for _, dest, _, _ in entries], key=sysctl_key)
     files_now = current["files"]["files"]
     changes = list(put_changed(entries, files_now))
-    source = next(src for src, dest, _ in entries if dest == systemd_dropin)
+    source = next(src for src, dest, _, _ in entries if dest == systemd_dropin)
     if file_differs(source, "644", files_now.get(systemd_dropin)):
         changes.append('if [ "$(cat /proc/1/comm)" = systemd ]; then systemctl daemon-reexec; fi')
     live = current["sysctl"]["value"]

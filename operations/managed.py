@@ -12,16 +12,30 @@ from pathlib import Path
 from typing import IO
 
 from pyinfra import host
-from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.api.util import get_file_sha256
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
 from facts.host_prep import ArchiveFiles, FileInfo, ManagedPaths
+from layout import MANAGED_HEADER
 from operations.own import NAMES, Claim, claim_command, plan, reading_paths
 from operations.readings import read
 from operations.render import show_diff, show_line
 from operations.upload import private, upload
+
+
+def refuse_theirs(path: str, lines: list[str] | None, owner: str | None, field: str | None = None) -> None:
+    """Raise, naming the fix, where a configuration file the deploy would replace exists and is
+    not the deploy's: another owner than root, or no ``MANAGED_HEADER`` line at its top. A file
+    the deploy did not write is never overwritten, backup or not."""
+    user = (owner or "root").split(":")[0]
+    if lines is None or (user == "root" and any(line.startswith(MANAGED_HEADER) for line in lines[:2])):
+        return
+    why = f"is {user}'s" if user != "root" else f"has no '{MANAGED_HEADER}' line at its top"
+    where = f", or name another path in site.toml ({field})" if field else "; the deploy needs this path for its own file"
+    raise OperationError(f"{host.name}: {path} exists and {why}: the deploy did not write it and never overwrites it. "
+                         f"Fix: move it aside if it is no longer needed (sudo mv {path} {path}.orig){where}")
 
 
 def file_differs(src: str | IO[bytes], mode: str, info: FileInfo | None) -> bool:
@@ -29,12 +43,21 @@ def file_differs(src: str | IO[bytes], mode: str, info: FileInfo | None) -> bool
             or info["mode"] != mode or info["owner"] != "root:root")
 
 
-def put_changed(entries: list[tuple[str, str, str]], current: dict[str, FileInfo]):
+def put_changed(entries: list[tuple[str, str, str, str]], current: dict[str, FileInfo]):
     """pyinfra's files.put (root-owned, its full diff shown) for each configuration file
-    (source, destination, mode) that differs."""
-    for src, dest, mode in entries:
-        if file_differs(src, mode, current.get(dest)):
-            yield from private(files.put._inner(src=src, dest=dest, user="root", group="root", mode=mode, create_remote_dir=True))
+    (source, destination, mode, the site field naming it) that differs; one the deploy did not
+    write refused (``refuse_theirs``) before any is put."""
+    changed = [entry for entry in entries if file_differs(entry[0], entry[2], current.get(entry[1]))]
+    for src, dest, _, field in changed:
+        info = current.get(dest)
+        if info is None or info["kind"] == "absent":
+            continue
+        if info["kind"] == "file" and info["sha256"] == get_file_sha256(src):  # the deploy's text, only its owner or mode differ
+            refuse_theirs(dest, Path(src).read_text().splitlines(), info["owner"], field)
+        else:
+            refuse_theirs(dest, host.get_fact(FileContents, path=dest) if info["kind"] == "file" else [], info["owner"], field)
+    for src, dest, mode, _ in changed:
+        yield from private(files.put._inner(src=src, dest=dest, user="root", group="root", mode=mode, create_remote_dir=True))
 
 
 def program_files(src: str | IO[bytes]) -> dict[str, str]:

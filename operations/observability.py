@@ -39,6 +39,7 @@ from layout import (
     UNITS,
     paths,
 )
+from operations.managed import refuse_theirs
 from operations.own import claimed
 from operations.peer import acts_here
 from operations.readings import read
@@ -189,12 +190,18 @@ def differs(text: str, info: dict | None) -> bool:
 
 
 def put_text(path: str, text: str, info: dict | None):
-    """Upload ``text`` to ``path`` (root's, mode 644), its full diff shown first."""
+    """Upload ``text`` to ``path`` (root's, mode 644), its full diff shown first; a file there the
+    deploy did not write is refused (``refuse_theirs``)."""
     exists = info is not None and info["kind"] == "file"
+    if info is not None and info["kind"] not in ("file", "absent"):
+        refuse_theirs(path, [], info["owner"])  # a directory or a link where the file goes
     if exists and info["sha256"] == hashlib.sha256(text.encode()).hexdigest():
+        refuse_theirs(path, text.splitlines(), info["owner"])
         show_line(f"Will set {path} to root:root, mode 644 (now {info['owner']}, mode {info['mode']})")
     else:
-        show_diff(path, host.get_fact(FileContents, path=path) if exists and host.state.config.DIFF else None, text)
+        current = host.get_fact(FileContents, path=path) if exists else None
+        refuse_theirs(path, current, info["owner"] if exists else None)
+        show_diff(path, current if host.state.config.DIFF else None, text)
         if not exists:
             yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(path)))
         yield from upload(BytesIO(text.encode()), path)

@@ -22,9 +22,9 @@ user_in_group(
 host_settings(
     name="Lift the memlock limit for logins and services (RDMA); allow unprivileged user namespaces (AppArmor)",
     entries=[
-        ("files/host_prep/99-rdma.conf", settings.memlock_limits_path, "644"),
-        ("files/host_prep/90-rdma-memlock.conf", settings.memlock_systemd_path, "644"),
-        ("files/host_prep/60-apparmor-userns.conf", settings.userns_sysctl_path, "644"),
+        ("files/host_prep/99-rdma.conf", settings.memlock_limits_path, "644", "memlock_limits_path"),
+        ("files/host_prep/90-rdma-memlock.conf", settings.memlock_systemd_path, "644", "memlock_systemd_path"),
+        ("files/host_prep/60-apparmor-userns.conf", settings.userns_sysctl_path, "644", "userns_sysctl_path"),
     ],
     systemd_dropin=settings.memlock_systemd_path,
     sysctl_key=USERNS_KEY,

@@ -94,3 +94,12 @@ def test_rendered_launch_scripts_name_the_container_paths(rendered):
     assert f"{layout.IN_CONTAINER['programs']} watchdog " in text
     assert f"--state {layout.IN_CONTAINER['state']}/{role}-starts" in text
     assert (layout.IN_CONTAINER["api_key"] in text) == (role == "head")
+
+
+def test_every_configuration_file_the_deploy_writes_carries_its_header():
+    """refuse_theirs knows the deploy's files by layout.MANAGED_HEADER in their first two lines: a
+    template without it would be refused at its second write."""
+    shipped = [*(REPO / "templates").rglob("*.j2"), *(REPO / "files/host_prep").iterdir()]
+    assert len(shipped) >= 10
+    for path in shipped:
+        assert any(line.startswith(layout.MANAGED_HEADER) for line in path.read_text().splitlines()[:2]), path

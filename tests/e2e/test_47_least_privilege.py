@@ -155,3 +155,50 @@ def test_paths_the_site_names_are_never_taken_as_root(converged, tmp_path):
     assert re.search(r"Grand total\s+\d+\s+-\s+-\s+\d+", result.stdout), result.stdout
     assert {node.name: container(node) for node in (HEAD, WORKER)} == running
     print(f"test_47: {time.monotonic() - started:.0f} s after the converged fixture")
+
+
+OTHER = "mallory"  # another local user of the head, with a shell and no sudo
+SHARED = "/srv/dual-spark-shared"  # a directory of theirs, marked by them, as model_dir
+
+
+def test_another_local_user_gets_no_way_in(converged, tmp_path):
+    """Another local user of the head plants what a careless deploy would take: a directory of
+    theirs with the deploy's marker, and pyinfra's predictable temporary upload file (a hash of
+    the destination under /tmp, mode 666) for a file the next run replaces. The first is refused
+    naming its owner; the second is never opened: the upload goes through the deploy user's
+    private directory. Nothing of theirs changes."""
+    sh(HEAD, f"id -u {OTHER} >/dev/null 2>&1 || useradd --no-create-home --shell /bin/sh {OTHER}")
+    limits = HEAD.root / "etc/security/limits.d/99-rdma.conf"
+    shipped = Path("files/host_prep/99-rdma.conf").read_text()
+    assert limits.read_text() == shipped
+    planted = f"/tmp/pyinfra-{hashlib.sha1(b'/etc/security/limits.d/99-rdma.conf').hexdigest()}"
+    try:
+        sh(HEAD, f"runuser -u {OTHER} -- sh -ec 'umask 0; echo theirs > {planted}; chmod 666 {planted}'")
+        sh(HEAD, f"install -d -m 755 -o {OTHER} -g {OTHER} {SHARED} && runuser -u {OTHER} -- sh -ec "
+                 f"'echo planted > {SHARED}/{MANAGED_MARKER}; echo theirs > {SHARED}/notes'")
+        theirs = snapshot_of(HEAD, [planted, SHARED, f"{SHARED}/{MANAGED_MARKER}", f"{SHARED}/notes"])
+
+        (tmp_path / "a").mkdir()
+        result = pyinfra("-y", task="tasks/runtime.py", site=site_variant(tmp_path / "a", model_dir=SHARED))
+        assert result.returncode != 0, result.stdout
+        assert f"spark-head: {SHARED} is {OTHER}'s, mode 755: a user other than root and {DEPLOY_USER} can change it" in result.stdout, \
+            result.stdout
+
+        limits.write_text(shipped + "# changed by hand\n")
+        result = pyinfra("-y", task="tasks/host_prep.py")
+        assert result.returncode == 0, result.stdout
+        assert limits.read_text() == shipped
+        assert snapshot_of(HEAD, ["/run/dual-spark/upload"]) == [f"/run/dual-spark/upload 700 {DEPLOY_USER} directory"]
+        assert snapshot_of(HEAD, [planted, SHARED, f"{SHARED}/{MANAGED_MARKER}", f"{SHARED}/notes"]) == theirs
+        assert len(theirs) == 7 and in_node(HEAD.dir, "cat", planted, capture_output=True, text=True).stdout == "theirs\n"
+    finally:
+        sh(HEAD, f"rm -rf {planted} {SHARED}")
+        if the_deploys_own(WORKER, SHARED):  # the worker made its own, marked, in the step that refused on the head
+            sh(WORKER, f"rm -rf {SHARED}")
+
+
+def snapshot_of(node, paths: list[str]) -> list[str]:
+    """Each path's mode, owner and kind, read inside the node (its own /tmp and /run), and a
+    file's SHA-256."""
+    script = 'for p; do stat -c "%n %a %U %F" -- "$p"; if [ -f "$p" ]; then sha256sum -- "$p"; fi; done'
+    return in_node(node.dir, "sh", "-c", script, "-", *paths, capture_output=True, text=True).stdout.splitlines()
