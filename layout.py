@@ -59,13 +59,19 @@ VLLM_FLAGS = {
     "--node-rank": "the [[node]] tables", "--master-addr": "the head's rail 0 address", "--master-port": "master_port",
     "--headless": "the node's role",
 }
-# What sets the same by another name or another way: the API key reaches vLLM by its environment,
-# the model as the first argument, and --config reads any flag from a file.
+# What sets the same by another name (vLLM 0.32's parser) or another way: the API key reaches vLLM
+# by its environment, the model as the first argument, the hub token only the fetch; --uds moves
+# the API off its address and --config reads any flag from a file.
 VLLM_FLAG_ALIASES = {
     "--api-key": "the API key file (state_dir/api-key), which the deploy makes and hands to vLLM",
-    "--model": "[model]", "-tp": VLLM_FLAGS["--tensor-parallel-size"], "-pp": VLLM_FLAGS["--pipeline-parallel-size"],
-    "--config": "the site file",
+    "--hf-token": "hf_token_file, read by the hub fetch only", "--model": "[model]", "--uds": "api_host and api_port",
+    "--config": "the site file", "-tp": VLLM_FLAGS["--tensor-parallel-size"], "-pp": VLLM_FLAGS["--pipeline-parallel-size"],
+    "-n": VLLM_FLAGS["--nnodes"], "-r": VLLM_FLAGS["--node-rank"], "-sc": VLLM_FLAGS["--speculative-config"],
+    "--device-memory-utilization": VLLM_FLAGS["--gpu-memory-utilization"],
 }
+# vLLM's parser reads an abbreviation (--hos for --host) and a short flag's value written on to it
+# (-n4); these of its own flags begin one of the deploy's and are no abbreviation of it.
+VLLM_FLAG_PREFIXES = ("--tokenizer",)
 
 
 # Observability (tasks/observability.py): the OS's Prometheus and node exporter, configured through

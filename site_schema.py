@@ -17,7 +17,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
-from layout import VLLM_FLAG_ALIASES, VLLM_FLAGS
+from layout import VLLM_FLAG_ALIASES, VLLM_FLAG_PREFIXES, VLLM_FLAGS
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -348,16 +348,33 @@ def vllm_flag(argument: str) -> str:
     return "--" + name[5:] if name.startswith("--no-") else name
 
 
+OWN_FLAGS = {**VLLM_FLAGS, **VLLM_FLAG_ALIASES}
+
+
+def own_flag(argument: str) -> str | None:
+    """The deploy's flag an argument sets: itself, the one it abbreviates (--hos), or a short one
+    with its value written on (-n4)."""
+    flag = vllm_flag(argument)
+    if flag in OWN_FLAGS:
+        return flag
+    if flag.startswith("--"):
+        begun = len(flag) > 2 and flag not in VLLM_FLAG_PREFIXES
+        return next((own for own in OWN_FLAGS if begun and own.startswith(flag)), None)
+    short = [own for own in OWN_FLAGS if not own.startswith("--")]
+    return next((own for own in short if len(flag) > 1 and (own.startswith(flag) or flag.startswith(own))), None)
+
+
 def vllm_argument(value: str) -> str | None:
     """One of vllm_extra_args: never a flag the deploy sets itself, never a secret."""
     if not value:
         return "drop empty arguments"
     if HUB_TOKEN.search(value):
         return TOKEN_FIX
-    flag = vllm_flag(value)
-    governed = VLLM_FLAGS.get(flag) or VLLM_FLAG_ALIASES.get(flag)
-    if governed:
-        return f"{flag} is set by the deploy, from {governed}: drop it from vllm_extra_args"
+    flag = own_flag(value)
+    if flag:
+        written = value.split("=", 1)[0]
+        named = flag if written == flag else f"{written} (vLLM reads {flag})"
+        return f"{named} is set by the deploy, from {OWN_FLAGS[flag]}: drop it from vllm_extra_args"
     return single_line(value)
 
 

@@ -460,6 +460,10 @@ SECRET_MISTAKES = [
     (with_("settings.vllm_extra_args", ["--speculative-config.method=ngram"]), "settings.vllm_extra_args[0]", "speculative_method"),
     (with_("settings.vllm_extra_args", ["-tp", "1"]), "settings.vllm_extra_args[0]", "tensor_parallel"),
     (with_("settings.vllm_extra_args", ["--config", "/srv/vllm.yaml"]), "settings.vllm_extra_args[0]", "the site file"),
+    (with_("settings.vllm_extra_args", ["--hos", "0.0.0.0"]), "settings.vllm_extra_args[0]", "vLLM reads --host"),
+    (with_("settings.vllm_extra_args", ["-n4"]), "settings.vllm_extra_args[0]", "the [[node]] tables"),
+    (with_("settings.vllm_extra_args", ["--uds=/run/v.sock"]), "settings.vllm_extra_args[0]", "api_host and api_port"),
+    (with_("settings.vllm_extra_args", ["--hf_token", "x"]), "settings.vllm_extra_args[0]", "hf_token_file"),
     (with_("settings.vllm_extra_args", ["--hf-token", TOKEN]), "settings.vllm_extra_args[1]", "hf_token_file"),
     # environments: no variable that carries a secret, no value that is a hub token
     (with_("settings.container_env", {"HF_TOKEN": "x"}), "settings.container_env", "hf_token_file"),
@@ -527,8 +531,8 @@ def test_an_override_that_undoes_a_setting_is_refused_as_in_the_site():
 
 # The neighbours: (document, what the cluster holds, the value it must hold)
 SECRET_NEIGHBOURS = [
-    (with_("settings.vllm_extra_args", ["--enforce-eager", "--dtype", "float32", "--kv-cache-memory-bytes=1000", "--tokenizer", "/srv/t"]),
-     lambda c: c.settings.vllm_extra_args, ["--enforce-eager", "--dtype", "float32", "--kv-cache-memory-bytes=1000", "--tokenizer", "/srv/t"]),
+    (with_("settings.vllm_extra_args", ["--enforce-eager", "--dtype", "float32", "--kv-cache-memory-bytes=1000", "--tokenizer", "/srv/t", "-O3"]),
+     lambda c: c.settings.vllm_extra_args, ["--enforce-eager", "--dtype", "float32", "--kv-cache-memory-bytes=1000", "--tokenizer", "/srv/t", "-O3"]),
     (with_("settings.container_env", {"NCCL_DEBUG": "INFO", "VLLM_MAX_TOKENS": "8", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
                                       "NAME": "hf_short"}),
      lambda c: sorted(c.settings.container_env), ["HF_HUB_OFFLINE", "NAME", "NCCL_DEBUG", "TOKENIZERS_PARALLELISM", "VLLM_MAX_TOKENS"]),
