@@ -76,6 +76,7 @@ class Settings:
     model_dir: str
     stack_dir: str
     hf_endpoint: str
+    hf_endpoint_insecure_http: bool
     hf_token_file: str
     verify_model: str
     replication_streams: int

@@ -43,6 +43,39 @@ IN_CONTAINER = {
     "model": "/model",
 }
 
+# The `vllm serve` flags the deploy sets itself (operations/serving.py: vllm_args), each with the
+# setting that governs it: a site's vllm_extra_args may not set one again (site_schema.py), and
+# tests/test_layout.py holds this table to what vllm_args writes.
+VLLM_FLAGS = {
+    "--served-model-name": "model.served_name", "--host": "api_host", "--port": "api_port",
+    "--trust-remote-code": "the deploy (always on)", "--tensor-parallel-size": "the profile's tensor_parallel",
+    "--pipeline-parallel-size": "the profile's pipeline_parallel", "--kv-cache-dtype": "the profile's kv_cache_dtype",
+    "--block-size": "block_size", "--max-model-len": "the profile's max_model_len", "--max-num-seqs": "the profile's max_num_seqs",
+    "--max-num-batched-tokens": "the profile's max_num_batched_tokens",
+    "--gpu-memory-utilization": "the profile's gpu_memory_utilization", "--enable-prefix-caching": "the profile's prefix_caching",
+    "--speculative-config": "speculative_method, speculative_options and the profile's speculative_tokens",
+    "--tokenizer-mode": "model.tokenizer_mode", "--distributed-executor-backend": "the deploy (mp)",
+    "--tool-call-parser": "model.tool_call_parser", "--enable-auto-tool-choice": "model.tool_call_parser",
+    "--reasoning-parser": "model.reasoning_parser", "--default-chat-template-kwargs": "the profile's thinking",
+    "--generation-config": "generation_config", "--override-generation-config": "generation_config",
+    "--enable-flashinfer-autotune": "the profile's flashinfer_autotune", "--nnodes": "the [[node]] tables",
+    "--node-rank": "the [[node]] tables", "--master-addr": "the head's rail 0 address", "--master-port": "master_port",
+    "--headless": "the node's role",
+}
+# What sets the same by another name (vLLM 0.32's parser) or another way: the API key reaches vLLM
+# by its environment, the model as the first argument, the hub token only the fetch; --uds moves
+# the API off its address and --config reads any flag from a file.
+VLLM_FLAG_ALIASES = {
+    "--api-key": "the API key file (state_dir/api-key), which the deploy makes and hands to vLLM",
+    "--hf-token": "hf_token_file, read by the hub fetch only", "--model": "[model]", "--uds": "api_host and api_port",
+    "--config": "the site file", "-tp": VLLM_FLAGS["--tensor-parallel-size"], "-pp": VLLM_FLAGS["--pipeline-parallel-size"],
+    "-n": VLLM_FLAGS["--nnodes"], "-r": VLLM_FLAGS["--node-rank"], "-sc": VLLM_FLAGS["--speculative-config"],
+    "--device-memory-utilization": VLLM_FLAGS["--gpu-memory-utilization"],
+}
+# vLLM's parser reads an abbreviation (--hos for --host) and a short flag's value written on to it
+# (-n4); these of its own flags begin one of the deploy's and are no abbreviation of it.
+VLLM_FLAG_PREFIXES = ("--tokenizer",)
+
 
 # Observability (tasks/observability.py): the OS's Prometheus and node exporter, configured through
 # drop-ins of their Debian units, and the deploy's collector writing the exporter's textfile.

@@ -8,9 +8,11 @@ from __future__ import annotations
 import difflib
 import ipaddress
 import os
+import posixpath
 import runpy
 import tomllib
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import layout
 import serving_data
@@ -414,13 +416,54 @@ class Relations:
         if not ipaddress.ip_address(values["api_host"]).is_loopback and not values["api_public"]:
             self.error(where["api_host"], values["api_host"], "the API would answer beyond this machine: keep 127.0.0.1 "
                        "(reach it through an SSH tunnel), or set api_public = true in [settings] to mean it")
+        self._ports()
+        self._hub()
+        self._speculation()
+        self._observability()
+        self._adaptive_verification()
+        self._directories()
+        self._secrets()
+
+    def _ports(self) -> None:
+        """Each port that is bound its own: Prometheus and the node exporter only with
+        observability, Grafana only with its image too."""
+        values, where = self.values, self.where
+        bound = ["api_port", "master_port", "watchdog_port"]
+        if values["observability"]:
+            bound += ["prometheus_port", "node_exporter_port"] + (["grafana_port"] if values["grafana_image"] else [])
         ports: dict[int, str] = {self.ssh_port: "SSH (ssh.port)"}
-        for key in ("api_port", "master_port", "watchdog_port", "prometheus_port", "node_exporter_port", "grafana_port"):
+        for key in bound:
             if values[key] in ports:
                 self.error(where[key], values[key], f"{ports[values[key]]} uses that port already: give each its own")
             ports.setdefault(values[key], key)
-        self._adaptive_verification()
-        self._directories()
+
+    def _hub(self) -> None:
+        """The hub is reached over https (the token travels with every request), http only when
+        the site says so; and saying so of an https hub contradicts it."""
+        endpoint, insecure = self.values["hf_endpoint"], self.values["hf_endpoint_insecure_http"]
+        http = urlsplit(endpoint).scheme == "http"
+        if http and not insecure:
+            self.error(self.where["hf_endpoint"], endpoint, "use https://; for a mirror on your LAN that speaks only http, "
+                       "set hf_endpoint_insecure_http = true in [settings] to mean it (the hub token crosses in clear)")
+        elif insecure and not http:
+            self.error(self.where["hf_endpoint_insecure_http"], insecure,
+                       f"hf_endpoint {endpoint} is not http: drop hf_endpoint_insecure_http, or name the http mirror it is for")
+
+    def _speculation(self) -> None:
+        """speculative_options reach vLLM only with a profile that drafts tokens: with the served
+        one not drafting, they would be dropped silently."""
+        options, name = self.values["speculative_options"], self.values["profile"]
+        profile = self.serving["profiles"].get(name)
+        if options and profile and profile.get("speculative_tokens") == 0:
+            self.error(self.where["speculative_options"], options,
+                       f"profile {name} drafts no tokens (speculative_tokens = 0), so these would be dropped: "
+                       "drop speculative_options, or serve a profile with speculative_tokens above 0")
+
+    def _observability(self) -> None:
+        """Grafana is part of observability: a pinned Grafana with observability off is never started."""
+        if self.values["grafana_image"] and not self.values["observability"]:
+            self.error(self.where["grafana_image"], self.values["grafana_image"],
+                       "observability = false installs no Grafana: set observability = true, or grafana_image = \"\" for none")
 
     def _adaptive_verification(self) -> None:
         """vLLM 0.32 refuses at start adaptive verification with use_local_argmax_reduction
@@ -458,3 +501,20 @@ class Relations:
         source = self.serving["model"].get("path")
         if source and (inside(model, source) or inside(source, model)):
             self.error("model.path", source, f"the weights are copied into model_dir {model}: keep the source outside it (and it outside the source)")
+        for key in ("state_dir", "stack_dir") if source else ():
+            if inside(source, values[key]) or inside(values[key], source):
+                self.error("model.path", source, f"{key} is {values[key]}: the deploy's own files (the API key) are never the weights' source")
+
+    def _secrets(self) -> None:
+        """The hub token's directory (hf_token_file's, in the deploy user's home) is neither
+        mounted into a container nor copied as the weights."""
+        values, where = self.values, self.where
+        token_dir = posixpath.dirname(values["hf_token_file"][2:])
+        named = [(f"{where['container_mounts']}[{index}]", mount) for index, mount in enumerate(values["container_mounts"])]
+        if self.serving["model"].get("path"):
+            named.append(("model.path", self.serving["model"]["path"]))
+        for field, path in named if token_dir else ():
+            inside = schema.in_home(path)
+            if inside and (inside == token_dir or inside.startswith(token_dir + "/") or token_dir.startswith(inside + "/")):
+                self.error(field, path, f"hf_token_file {values['hf_token_file']} is in it: the hub token's directory is never "
+                           "mounted into a container nor copied as the weights; name another directory")

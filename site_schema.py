@@ -17,6 +17,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import urlsplit
 
+from layout import VLLM_FLAG_ALIASES, VLLM_FLAG_PREFIXES, VLLM_FLAGS
+
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
 IDENTIFIER = re.compile(r"[a-z][a-z0-9_]{0,63}")
@@ -33,6 +35,9 @@ HOSTNAME = re.compile(r"[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?")
 DNS_NAME = re.compile(r"(?=.{1,253}\Z)[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?(\.[A-Za-z0-9]([A-Za-z0-9-]{0,61}[A-Za-z0-9])?)*\.?")
 DEBIAN_PACKAGE = re.compile(r"[a-z0-9][a-z0-9+.-]+")
 PATH_TEXT = re.compile(r"/[A-Za-z0-9_.+@/-]*")
+HUB_TOKEN = re.compile(r"hf_[A-Za-z0-9]{30,}")
+TOKEN_FIX = ("the hub token belongs in hf_token_file (a file of the deploy user's, read only by the hub fetch): "
+             "take it out of the site file, and revoke it on the hub if the file was shared")
 ULIMITS = ("core", "cpu", "data", "fsize", "locks", "memlock", "msgqueue", "nice", "nofile", "nproc", "rss",
            "rtprio", "rttime", "sigpending", "stack")
 # The path rule: where the deploy's own directories (state_dir, model_dir, stack_dir) may live.
@@ -211,12 +216,35 @@ def host_key(value: str) -> str:
     return name
 
 
+PRIVATE_KEY = re.compile(r"-----BEGIN (OPENSSH |RSA |EC |DSA |ENCRYPTED )?PRIVATE KEY-----")
+
+
 def private_key(value: str) -> str | None:
-    """The key pyinfra logs in with is on this machine: check it here, not at the first connection."""
+    """The key pyinfra logs in with is on this machine: check it here, not at the first connection.
+    Its first line is a private key's (OpenSSH or PEM), not a public key's."""
     if not value.startswith(("/", "~/")) or CONTROL.search(value):
         return "use the private key's absolute path or ~/..."
-    if not os.path.isfile(os.path.expanduser(value)):
+    path = os.path.expanduser(value)
+    if not os.path.isfile(path):
         return "no such file on this machine: name the private key pyinfra logs in with (ssh-keygen makes one)"
+    try:
+        with open(path, "rb") as key:
+            first = key.readline(100).decode("ascii", "replace").strip()
+    except OSError as error:
+        return f"cannot be read here ({error.strerror}): name a private key this user can read"
+    if not PRIVATE_KEY.fullmatch(first):
+        return "not a private key (a .pub is the public half): name the file without .pub, whose first line is -----BEGIN ... PRIVATE KEY-----"
+    return None
+
+
+def known_hosts_file(value: str) -> str | None:
+    """Where pyinfra checks the nodes' host keys: a real file, never a device that reads as empty
+    and takes any key."""
+    if not value.startswith(("/", "~/")) or CONTROL.search(value):
+        return "use an absolute path or ~/..."
+    resolved = os.path.realpath(posixpath.normpath(os.path.expanduser(value)))
+    if resolved == "/dev" or resolved.startswith(("/dev/", "/proc/")):
+        return "that turns host-key checking off: point to a real known_hosts file, or drop the key for ~/.ssh/known_hosts"
     return None
 
 
@@ -254,7 +282,20 @@ def command_or_path(value: str) -> str | None:
 # mount is one of these places or lies in one, or lies inside a home (below the home itself),
 # with no directory on its way where credentials live.
 MOUNT_PLACES = ("/usr", "/opt", "/srv", "/data", "/mnt", "/media", "/var/cache", "/var/opt")
-CREDENTIALS = (".ssh", ".gnupg", ".aws", ".docker", ".kube", ".netrc", ".password-store", ".config", ".cache/huggingface")
+CREDENTIALS = (".ssh", ".gnupg", ".aws", ".docker", ".kube", ".netrc", ".password-store", ".config", ".cache", ".huggingface")
+CREDENTIALS_FIX = "that directory holds credentials (keys, tokens, the hub's login): name programs or data only"
+
+
+def in_home(value: str) -> str | None:
+    """What ``value`` names inside a home (/home/USER or /root): "" for the home itself, None
+    outside every home."""
+    parts = value.strip("/").split("/")
+    home = 2 if parts[0] == "home" else 1 if parts[0] == "root" else 0  # the components naming the home
+    return "/".join(parts[home:]) if home and len(parts) >= home else None
+
+
+def holds_credentials(inside: str) -> bool:
+    return any(inside == name or inside.startswith(name + "/") for name in CREDENTIALS)
 
 
 def container_mount(value: str) -> str | None:
@@ -262,13 +303,9 @@ def container_mount(value: str) -> str | None:
     problem = absolute_path(value)
     if problem:
         return problem
-    parts = value.strip("/").split("/")
-    home = 2 if parts[0] == "home" else 1 if parts[0] == "root" else 0  # the components naming the home
-    if home and len(parts) > home:
-        inside = "/".join(parts[home:])
-        if any(inside == name or inside.startswith(name + "/") for name in CREDENTIALS):
-            return "that directory holds credentials: mount programs or data only"
-        return None
+    inside = in_home(value)
+    if inside:
+        return CREDENTIALS_FIX if holds_credentials(inside) else None
     if any(value == place or value.startswith(place + "/") for place in MOUNT_PLACES):
         return None
     return (f"mount programs or data: {', '.join(MOUNT_PLACES)}, what is in them, or a directory inside a home, "
@@ -297,15 +334,78 @@ def model_path(value: str) -> str | None:
         return problem
     if not any(value.startswith(root + "/") for root in MODEL_SOURCES):
         return f"name the weights' own directory under {', '.join(MODEL_SOURCES)}, readable by the deploy user"
+    inside = in_home(value)
+    if inside == "":
+        return "name the weights' own directory inside the home, e.g. /home/spark/models/NAME: a whole home holds its credentials"
+    return CREDENTIALS_FIX if inside and holds_credentials(inside) else None
+
+
+def vllm_flag(argument: str) -> str:
+    """The flag an argument of `vllm serve` names, as vLLM reads it: without its value (=...) or
+    a JSON field (.name), with '_' as '-', and --no-X as --X."""
+    dashes = len(argument) - len(argument.lstrip("-"))
+    name = argument[:dashes] + re.split(r"[=.]", argument[dashes:], maxsplit=1)[0].replace("_", "-")
+    return "--" + name[5:] if name.startswith("--no-") else name
+
+
+OWN_FLAGS = {**VLLM_FLAGS, **VLLM_FLAG_ALIASES}
+
+
+def own_flag(argument: str) -> str | None:
+    """The deploy's flag an argument sets: itself, the one it abbreviates (--hos), or a short one
+    with its value written on (-n4)."""
+    flag = vllm_flag(argument)
+    if flag in OWN_FLAGS:
+        return flag
+    if flag.startswith("--"):
+        begun = len(flag) > 2 and flag not in VLLM_FLAG_PREFIXES
+        return next((own for own in OWN_FLAGS if begun and own.startswith(flag)), None)
+    short = [own for own in OWN_FLAGS if not own.startswith("--")]
+    return next((own for own in short if len(flag) > 1 and (own.startswith(flag) or flag.startswith(own))), None)
+
+
+def vllm_argument(value: str) -> str | None:
+    """One of vllm_extra_args: never a flag the deploy sets itself, never a secret."""
+    if not value:
+        return "drop empty arguments"
+    if HUB_TOKEN.search(value):
+        return TOKEN_FIX
+    flag = own_flag(value)
+    if flag:
+        written = value.split("=", 1)[0]
+        named = flag if written == flag else f"{written} (vLLM reads {flag})"
+        return f"{named} is set by the deploy, from {OWN_FLAGS[flag]}: drop it from vllm_extra_args"
+    return single_line(value)
+
+
+# What names a secret in an environment: the hub's token, an API key, or any token, key, secret or password.
+HUB_TOKEN_NAMES = ("HF_TOKEN", "HUGGING_FACE_HUB_TOKEN", "HUGGINGFACEHUB_API_TOKEN")
+SECRET_NAME = re.compile(r"(.*_)?(TOKEN|API_KEY|SECRET|PASSWORD)", re.IGNORECASE)
+
+
+def env_name(value: str) -> str | None:
+    """A variable every runtime container gets: never one that carries a secret (compose.yaml and
+    `docker inspect` show the environment to whoever reads them)."""
+    if not ENV_NAME.fullmatch(value):
+        return "name environment variables with letters, digits and '_', not starting with a digit"
+    if value.upper() in HUB_TOKEN_NAMES:
+        return TOKEN_FIX
+    if value.upper() in ("VLLM_API_KEY", "OPENAI_API_KEY"):
+        return "the API key is the deploy's: it makes state_dir/api-key and hands it to vLLM itself; drop this variable"
+    if SECRET_NAME.fullmatch(value):
+        return "the deploy gives a container no secret of the site's (the environment is readable in compose.yaml): keep it out of the site file"
     return None
+
+
+def env_value(value: str) -> str | None:
+    return TOKEN_FIX if HUB_TOKEN.search(value) else single_line(value)
 
 
 # Shapes reused across tables.
 
 def env_table(fix_where: str) -> Key:
-    return Key(dict, f"write {fix_where} as a table of NAME = \"value\"",
-               names=Key(str, "use a name", matching(ENV_NAME, "name environment variables with letters, digits and '_', not starting with a digit")),
-               item=Key(str, "write environment values as strings (quote numbers: \"1\")", single_line))
+    return Key(dict, f"write {fix_where} as a table of NAME = \"value\"", names=Key(str, "use a name", env_name),
+               item=Key(str, "write environment values as strings (quote numbers: \"1\")", env_value))
 
 
 def scalar(value) -> str | None:
@@ -386,6 +486,11 @@ def port() -> Key:
     return Key(int, "use a whole number", between(1, 65535, "use a TCP port between 1 and 65535"))
 
 
+def daemon_port(daemon: str) -> Key:
+    """The port of a daemon that runs as its own unprivileged user: it cannot bind below 1024."""
+    return Key(int, "use a whole number", between(1024, 65535, f"use a port of 1024 or above (to 65535): {daemon} runs unprivileged"))
+
+
 def text(rule: Rule, fix: str = "use a string", required: bool = False) -> Key:
     return Key(str, fix, rule, required=required)
 
@@ -398,7 +503,7 @@ SSH = {
     "user": text(matching(USER, "set the deploy user, a Linux user name present on both Sparks"), required=True),
     "key": text(private_key),
     "port": port(),
-    "known_hosts": text(lambda v: None if v.startswith(("/", "~/")) and not CONTROL.search(v) else "use an absolute path or ~/..."),
+    "known_hosts": text(known_hosts_file),
 }
 
 RAIL = {
@@ -474,7 +579,7 @@ SETTINGS = {
                                names=SCALAR_TABLE.names, item=SCALAR_TABLE.item),
     "generation_config": Key(dict, "write request defaults as a table, e.g. {temperature = 0.0}", generation_config,
                              names=SCALAR_TABLE.names, item=SCALAR_TABLE.item),
-    "vllm_extra_args": Key(list, "use a list of strings", item=text(lambda v: single_line(v) if v else "drop empty arguments")),
+    "vllm_extra_args": Key(list, "use a list of strings", item=text(vllm_argument)),
     "serving_ready_timeout": positive(86_400, "use 1 to 86400 seconds"),
     "rollback_on_failure": flag(),
     "serving_env": env_table("serving_env"),
@@ -489,6 +594,7 @@ SETTINGS = {
     "model_dir": text(owned_directory),
     "stack_dir": text(owned_directory),
     "hf_endpoint": text(hub_url),
+    "hf_endpoint_insecure_http": flag(),
     "hf_token_file": text(token_file),
     "verify_model": text(one_of("size", "full")),
     "replication_streams": positive(32, "use 1 to 32 streams per rail"),
@@ -503,15 +609,15 @@ SETTINGS = {
     "show_program_diffs": flag(),
     "memory_floor_gib": Key(float, "use a number", above(0, 128, "use a number of GiB above 0 and at most 128")),
     "observability": flag(),
-    "prometheus_port": port(),
+    "prometheus_port": daemon_port("Prometheus"),
     "prometheus_retention_days": positive(3650, "keep 1 to 3650 days of samples (15 by default)"),
     "prometheus_retention_gib": positive(1024, "cap the samples at 1 to 1024 GiB (8 by default): Prometheus drops the oldest beyond it"),
-    "node_exporter_port": port(),
+    "node_exporter_port": daemon_port("the node exporter"),
     "metrics_interval_seconds": Key(int, "use a whole number", between(5, 300, "scrape every 5 to 300 seconds (15 by default)")),
     "grafana_image": text(lambda v: None if v == "" or DIGEST_REF.fullmatch(v) else
                           "pin Grafana by digest, e.g. grafana/grafana-oss@sha256:<64 hex> (docker buildx imagetools inspect "
                           "grafana/grafana-oss:TAG shows it), or \"\" for no Grafana"),
-    "grafana_port": port(),
+    "grafana_port": daemon_port("Grafana"),
 }
 
 # pyinfra connector keys a `--data` may set: connection details live in the site file, per node.

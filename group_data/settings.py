@@ -46,6 +46,7 @@ state_dir = "/var/lib/dual-spark"
 model_dir = "/var/lib/dual-spark/model"
 stack_dir = "/etc/dual-spark"
 hf_endpoint = "https://huggingface.co"
+hf_endpoint_insecure_http = False  # true: an http:// hf_endpoint (a mirror on your LAN) is meant; the token crosses in clear
 hf_token_file = "~/.cache/huggingface/token"  # on the head, the deploy user's; only gated repositories need it
 verify_model = "size"  # "full": hash every file of the model on both nodes again
 replication_streams = 4  # parallel TCP streams per fabric rail

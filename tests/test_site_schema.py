@@ -442,3 +442,142 @@ def test_the_path_rule_allows_the_deploys_own_places(path):
 def test_a_mount_of_programs_or_data_is_taken(mount):
     """The control case: what a site (and the lab: a virtualenv and the Python it was made from) mounts."""
     assert load(with_("settings.container_mounts", [mount])).settings.container_mounts == [mount]
+
+
+# Secrets stay secret (issue 39): what would undo a setting of the deploy's, carry a credential into
+# a container or contradict another setting is refused by rule; each has a neighbour that is taken.
+TOKEN = "hf_" + "aB3" * 11
+DIGEST = "grafana/grafana-oss@sha256:" + "0" * 64
+SECRET_MISTAKES = [
+    # vllm_extra_args: the deploy's own flags, in every spelling vLLM reads, and secrets
+    (with_("settings.vllm_extra_args", ["--port", "9000"]), "settings.vllm_extra_args[0]", "api_port"),
+    (with_("settings.vllm_extra_args", ["--port=9000"]), "settings.vllm_extra_args[0]", "api_port"),
+    (with_("settings.vllm_extra_args", ["--host", "0.0.0.0"]), "settings.vllm_extra_args[0]", "from api_host"),
+    (with_("settings.vllm_extra_args", ["--enforce-eager", "--api_key=abc"]), "settings.vllm_extra_args[1]", "the API key file"),
+    (with_("settings.vllm_extra_args", ["--api-key", "abc"]), "settings.vllm_extra_args[0]", "the API key file"),
+    (with_("settings.vllm_extra_args", ["--no-enable-prefix-caching"]), "settings.vllm_extra_args[0]", "prefix_caching"),
+    (with_("settings.vllm_extra_args", ["--max_model_len", "4096"]), "settings.vllm_extra_args[0]", "max_model_len"),
+    (with_("settings.vllm_extra_args", ["--speculative-config.method=ngram"]), "settings.vllm_extra_args[0]", "speculative_method"),
+    (with_("settings.vllm_extra_args", ["-tp", "1"]), "settings.vllm_extra_args[0]", "tensor_parallel"),
+    (with_("settings.vllm_extra_args", ["--config", "/srv/vllm.yaml"]), "settings.vllm_extra_args[0]", "the site file"),
+    (with_("settings.vllm_extra_args", ["--hos", "0.0.0.0"]), "settings.vllm_extra_args[0]", "vLLM reads --host"),
+    (with_("settings.vllm_extra_args", ["-n4"]), "settings.vllm_extra_args[0]", "the [[node]] tables"),
+    (with_("settings.vllm_extra_args", ["--uds=/run/v.sock"]), "settings.vllm_extra_args[0]", "api_host and api_port"),
+    (with_("settings.vllm_extra_args", ["--hf_token", "x"]), "settings.vllm_extra_args[0]", "hf_token_file"),
+    (with_("settings.vllm_extra_args", ["--hf-token", TOKEN]), "settings.vllm_extra_args[1]", "hf_token_file"),
+    # environments: no variable that carries a secret, no value that is a hub token
+    (with_("settings.container_env", {"HF_TOKEN": "x"}), "settings.container_env", "hf_token_file"),
+    (with_("settings.container_env", {"HUGGING_FACE_HUB_TOKEN": "x"}), "settings.container_env", "hf_token_file"),
+    (with_("settings.container_env", {"HUGGINGFACEHUB_API_TOKEN": "x"}), "settings.container_env", "hf_token_file"),
+    (with_("settings.container_env", {"VLLM_API_KEY": "x"}), "settings.container_env", "state_dir/api-key"),
+    (with_("settings.container_env", {"OPENAI_API_KEY": "x"}), "settings.container_env", "state_dir/api-key"),
+    (with_("settings.container_env", {"WANDB_API_KEY": "x"}), "settings.container_env", "keep it out of the site file"),
+    (with_("settings.container_env", {"GITHUB_TOKEN": "x"}), "settings.container_env", "keep it out of the site file"),
+    (with_("settings.container_env", {"S3_SECRET": "x"}), "settings.container_env", "keep it out of the site file"),
+    (with_("settings.container_env", {"DB_PASSWORD": "x"}), "settings.container_env", "keep it out of the site file"),
+    (with_("settings.container_env", {"NCCL_DEBUG": f"Bearer {TOKEN}"}), "settings.container_env.NCCL_DEBUG", "hf_token_file"),
+    (with_("settings.serving_env", {"HF_TOKEN": TOKEN}), "settings.serving_env", "hf_token_file"),
+    (with_("profile.adaptive", {"env": {"HF_TOKEN": "x"}}), "profile.adaptive.env", "hf_token_file"),
+    (with_("image.tony-overlay", {"env": {"OPENAI_API_KEY": "x"}}), "image.tony-overlay.env", "state_dir/api-key"),
+    # mounts and model sources: no credentials, no whole home, not the token's nor the deploy's directory
+    (with_("settings.container_mounts", ["/home/spark/.cache"]), "settings.container_mounts[0]", "credentials"),
+    (with_("settings.container_mounts", ["/home/spark/.cache/pip"]), "settings.container_mounts[0]", "credentials"),
+    (with_("settings.container_mounts", ["/home/spark/.huggingface"]), "settings.container_mounts[0]", "credentials"),
+    (with_("settings.container_mounts", ["/root/.aws"]), "settings.container_mounts[0]", "credentials"),
+    (with_("settings.container_mounts", ["/home/spark/.docker/config"]), "settings.container_mounts[0]", "credentials"),
+    (with_("settings.container_mounts", ["/home/spark/.netrc"]), "settings.container_mounts[0]", "credentials"),
+    (with_("settings.container_mounts", ["/home/spark"]), "settings.container_mounts[0]", "programs or data"),
+    (with_("settings.container_mounts", ["/home/spark/tokens"], with_("settings.hf_token_file", "~/tokens/hub")),
+     "settings.container_mounts[0]", "hf_token_file ~/tokens/hub is in it"),
+    (with_("settings.container_mounts", ["/home/spark/secrets"], with_("settings.hf_token_file", "~/secrets/hf/token")),
+     "settings.container_mounts[0]", "hf_token_file ~/secrets/hf/token is in it"),
+    (with_("settings.container_mounts", ["/srv/ds"], with_("settings.state_dir", "/srv/ds/state")), "settings.container_mounts[0]", "API key"),
+    (with_("model", {"path": "/home/spark", "served_name": "x", "tokenizer_mode": "auto"}), "model.path", "a whole home"),
+    (with_("model", {"path": "/home/spark/.cache/huggingface/hub/models--x", "served_name": "x", "tokenizer_mode": "auto"}),
+     "model.path", "credentials"),
+    (with_("model", {"path": "/home/spark/tokens/w", "served_name": "x", "tokenizer_mode": "auto"}, with_("settings.hf_token_file", "~/tokens/hub")),
+     "model.path", "hf_token_file"),
+    (with_("model", {"path": "/srv/ds/weights", "served_name": "x", "tokenizer_mode": "auto"},
+           with_("settings.model_dir", "/srv/ds-model", with_("settings.state_dir", "/srv/ds"))), "model.path", "state_dir is /srv/ds"),
+    # the hub over https, http only when the site says so
+    (with_("settings.hf_endpoint", "http://mirror.lan:8080"), "settings.hf_endpoint", "hf_endpoint_insecure_http = true"),
+    (with_("settings.hf_endpoint_insecure_http", True), "settings.hf_endpoint_insecure_http", "is not http"),
+    # host keys checked
+    (with_("ssh.known_hosts", "/dev/null"), "ssh.known_hosts", "a real known_hosts file"),
+    (with_("ssh.known_hosts", "/dev/../dev/null"), "ssh.known_hosts", "a real known_hosts file"),
+    (with_("ssh.known_hosts", "//dev/null"), "ssh.known_hosts", "a real known_hosts file"),
+    # contradictions
+    (with_("settings.speculative_options", {"prompt_lookup_max": 3}, with_("profile.adaptive.speculative_tokens", 0)),
+     "settings.speculative_options", "drafts no tokens"),
+    (with_("settings.grafana_image", DIGEST, with_("settings.observability", False)), "settings.grafana_image", "observability = true"),
+    # the ports of unprivileged daemons
+    (with_("settings.prometheus_port", 80), "settings.prometheus_port", "1024 or above"),
+    (with_("settings.node_exporter_port", 443), "settings.node_exporter_port", "1024 or above"),
+    (with_("settings.grafana_port", 1023), "settings.grafana_port", "1024 or above"),
+    (with_("settings.api_port", 3000, with_("settings.grafana_image", DIGEST)), "settings.grafana_port", "api_port uses that port already"),
+]
+
+
+@pytest.mark.parametrize("document, field, fix", SECRET_MISTAKES, ids=[m[1] + f"#{i}" for i, m in enumerate(SECRET_MISTAKES)])
+def test_a_secret_an_undoing_or_a_contradiction_is_refused_naming_the_field_and_the_fix(document, field, fix):
+    line = next((line for line in refused(document).splitlines() if line.startswith(f"  - {field} = ")), "")
+    assert fix in line and len(line) < 600, line
+
+
+def test_an_override_that_undoes_a_setting_is_refused_as_in_the_site():
+    line = next(line for line in refused(GOOD, {"vllm_extra_args": ["--port=1"]}).splitlines() if "--data vllm_extra_args[0] = " in line)
+    assert "api_port" in line
+
+
+# The neighbours: (document, what the cluster holds, the value it must hold)
+SECRET_NEIGHBOURS = [
+    (with_("settings.vllm_extra_args", ["--enforce-eager", "--dtype", "float32", "--kv-cache-memory-bytes=1000", "--tokenizer", "/srv/t", "-O3"]),
+     lambda c: c.settings.vllm_extra_args, ["--enforce-eager", "--dtype", "float32", "--kv-cache-memory-bytes=1000", "--tokenizer", "/srv/t", "-O3"]),
+    (with_("settings.container_env", {"NCCL_DEBUG": "INFO", "VLLM_MAX_TOKENS": "8", "TOKENIZERS_PARALLELISM": "false", "HF_HUB_OFFLINE": "1",
+                                      "NAME": "hf_short"}),
+     lambda c: sorted(c.settings.container_env), ["HF_HUB_OFFLINE", "NAME", "NCCL_DEBUG", "TOKENIZERS_PARALLELISM", "VLLM_MAX_TOKENS"]),
+    (with_("profile.adaptive", {"env": {"VLLM_USE_V1": "1"}}), lambda c: c.profiles["adaptive"].env, {"VLLM_USE_V1": "1"}),
+    (with_("settings.container_mounts", ["/srv/data", "/home/spark/venvs/x", "/home/spark/.local/share/uv/python", "/home/spark/tokens-old"],
+           with_("settings.hf_token_file", "~/tokens/hub")),
+     lambda c: c.settings.container_mounts, ["/srv/data", "/home/spark/venvs/x", "/home/spark/.local/share/uv/python", "/home/spark/tokens-old"]),
+    (with_("model", {"path": "/home/spark/models/dsv4", "served_name": "x", "tokenizer_mode": "auto"}), lambda c: c.model.path, "/home/spark/models/dsv4"),
+    (with_("model", {"path": "/srv/ds-weights", "served_name": "x", "tokenizer_mode": "auto"},
+           with_("settings.model_dir", "/srv/ds-model", with_("settings.state_dir", "/srv/ds"))), lambda c: c.model.path, "/srv/ds-weights"),
+    (with_("settings.hf_endpoint", "http://mirror.lan:8080", with_("settings.hf_endpoint_insecure_http", True)),
+     lambda c: (c.settings.hf_endpoint, c.settings.hf_endpoint_insecure_http), ("http://mirror.lan:8080", True)),
+    (with_("settings.hf_endpoint", "https://mirror.lan"), lambda c: c.settings.hf_endpoint, "https://mirror.lan"),
+    (with_("ssh.known_hosts", "~/.ssh/known_hosts"), lambda c: c.known_hosts, "~/.ssh/known_hosts"),
+    (with_("settings.speculative_options", {"prompt_lookup_max": 3}), lambda c: c.settings.speculative_options, {"prompt_lookup_max": 3}),
+    (with_("settings.grafana_image", DIGEST), lambda c: c.settings.grafana_image, DIGEST),
+    (with_("settings.api_port", 3000), lambda c: c.settings.api_port, 3000),
+    (with_("settings.api_port", 9090, with_("settings.observability", False)), lambda c: c.settings.api_port, 9090),
+    (with_("settings.api_port", 80), lambda c: c.settings.api_port, 80),
+    (with_("settings.prometheus_port", 1024), lambda c: c.settings.prometheus_port, 1024),
+]
+
+
+@pytest.mark.parametrize("document, held, value", SECRET_NEIGHBOURS, ids=[f"#{i}" for i in range(len(SECRET_NEIGHBOURS))])
+def test_the_legitimate_neighbour_of_each_refusal_is_taken(document, held, value):
+    assert held(load(document)) == value
+
+
+@pytest.mark.parametrize("first_line", ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAI spark@host\n", "", "-----BEGIN PUBLIC KEY-----\n"])
+def test_an_ssh_key_that_is_not_a_private_key_is_refused(tmp_path, first_line):
+    key = tmp_path / "id_ed25519.pub"
+    key.write_text(first_line)
+    line = next((line for line in refused(with_("ssh.key", str(key))).splitlines() if line.startswith("  - ssh.key = ")), "")
+    assert "not a private key" in line, line
+
+
+@pytest.mark.parametrize("header", ["OPENSSH PRIVATE KEY", "RSA PRIVATE KEY", "PRIVATE KEY"])
+def test_a_private_key_is_taken(tmp_path, header):
+    key = tmp_path / "id"
+    key.write_text(f"-----BEGIN {header}-----\nAAAA\n-----END {header}-----\n")
+    assert load(with_("ssh.key", str(key))).ssh_key == str(key)
+
+
+def test_a_known_hosts_that_links_to_dev_null_is_refused_and_a_real_file_taken(tmp_path):
+    (tmp_path / "nothing").symlink_to("/dev/null")
+    (tmp_path / "known_hosts").write_text("")
+    assert "a real known_hosts file" in refused(with_("ssh.known_hosts", str(tmp_path / "nothing")))
+    assert load(with_("ssh.known_hosts", str(tmp_path / "known_hosts"))).known_hosts == str(tmp_path / "known_hosts")

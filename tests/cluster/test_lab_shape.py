@@ -16,7 +16,7 @@ def lab_site(tmp_path: Path, count: int, topology: str) -> Path:
     context = tmp_path / "context"
     context.mkdir(exist_ok=True)
     (context / "Dockerfile").write_text("FROM scratch\n")
-    (tmp_path / "id_ed25519").write_text("")  # the lab's own key exists only while the lab is up
+    (tmp_path / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")  # the lab's own exists only while the lab is up
     site = tmp_path / f"lab-{count}.toml"
     site.write_text(render(context, ["/opt/vllm"], lab_nodes(count), topology).replace(str(LAB_DIR / "id_ed25519"),
                                                                                      str(tmp_path / "id_ed25519")))

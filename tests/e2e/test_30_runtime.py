@@ -198,7 +198,7 @@ def hub(converged):
 def hub_site(directory: Path, hub: Hub, revision: str | None = None) -> Path:
     return site_variant(directory, model={"repo": "lab/tiny-llama", "revision": revision or hub.commit, "served_name": "tiny",
                                           "tokenizer_mode": "auto", "tool_call_parser": "", "reasoning_parser": ""},
-                        hf_endpoint=hub.endpoint)
+                        hf_endpoint=hub.endpoint, hf_endpoint_insecure_http=True)
 
 
 TOKEN_FILE = "/home/spark/.cache/huggingface/token"

@@ -197,7 +197,7 @@ def test_a_new_revision_and_profile_are_staged_while_serving_then_switched_worke
     with Hub(published, repo="lab/tiny-llama-next") as hub:
         new = store_entry("/var/lib/dual-spark/model", {"repo": hub.repo, "revision": hub.commit})
         site = site_variant(tmp_path, model={"repo": hub.repo, "revision": hub.commit, "served_name": "tiny", "tokenizer_mode": "auto",
-                                             "tool_call_parser": "", "reasoning_parser": ""}, hf_endpoint=hub.endpoint)
+                                             "tool_call_parser": "", "reasoning_parser": ""}, hf_endpoint=hub.endpoint, hf_endpoint_insecure_http=True)
         before = {node.role: container(node) for node in (HEAD, WORKER)}
         with Probe(url, key) as probe:
             started = time.monotonic()
@@ -311,7 +311,7 @@ def test_a_change_that_does_not_serve_is_rolled_back(api, tmp_path, change):
             (broken / "config.json").write_text(json.dumps({**config, "architectures": ["NoSuchModelForCausalLM"]}))
             hub = stack.enter_context(Hub(broken, repo="lab/tiny-llama-broken"))
             site = site_variant(tmp_path, model={"repo": hub.repo, "revision": hub.commit, "served_name": "tiny", "tokenizer_mode": "auto",
-                                                 "tool_call_parser": "", "reasoning_parser": ""}, hf_endpoint=hub.endpoint)
+                                                 "tool_call_parser": "", "reasoning_parser": ""}, hf_endpoint=hub.endpoint, hf_endpoint_insecure_http=True)
         else:
             site = tmp_path / "site.toml"
             site.write_text(SITE.read_text() + "\n" + tables.format(build=load_site(SITE).images["lab-cpu"].build))

@@ -119,7 +119,7 @@ def test_paths_the_site_names_are_never_taken_as_root(converged, tmp_path):
         made.insert(0, f"rm {TOKEN}")
         with Hub(HEAD.root / LAB_MODEL.lstrip("/"), repo="lab/tiny-llama") as hub:
             (tmp_path / "b3").mkdir()
-            site = site_variant(tmp_path / "b3", hf_endpoint=hub.endpoint,
+            site = site_variant(tmp_path / "b3", hf_endpoint=hub.endpoint, hf_endpoint_insecure_http=True,
                              model={"repo": "lab/tiny-llama", "revision": hub.commit, "served_name": "tiny", "tokenizer_mode": "auto",
                                     "tool_call_parser": "", "reasoning_parser": ""})
             result = pyinfra("-y", task="tasks/profile.py", site=site)

@@ -42,8 +42,8 @@ def sites(tmp_path) -> dict[str, Path]:
     context = tmp_path / "context"
     context.mkdir()
     (context / "Dockerfile").write_text("FROM scratch\n")
-    # The key the site names must be a file here; the lab's own exists only while the shared lab is up.
-    (tmp_path / "id_ed25519").write_text("")
+    # The key the site names must be a private key here; the lab's own exists only while the shared lab is up.
+    (tmp_path / "id_ed25519").write_text("-----BEGIN OPENSSH PRIVATE KEY-----\n")
     for name, text in (("lab", render(context, ["/opt/vllm"])), ("lab4", render(context, ["/opt/vllm"], lab_nodes(4), "switch"))):
         (tmp_path / f"{name}.toml").write_text(text.replace(str(LAB_DIR / "id_ed25519"), str(tmp_path / "id_ed25519")))
     return {name: tmp_path / f"{name}.toml" for name in ("spark", "lab", "lab4")}
