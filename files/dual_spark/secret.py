@@ -14,6 +14,7 @@ from pathlib import Path
 MAX_BYTES = 4096
 TOKEN = re.compile(rb"[!-~]+\n?")  # one line of printable ASCII, no space
 MASK = "***"
+KEY_FIX = "Fix: remove it and deploy again: the deploy writes a new key there (mode 600)"
 
 
 class SecretError(Exception):
