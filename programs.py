@@ -52,6 +52,6 @@ def built() -> bytes:
     return archive(sources())
 
 
-def digest(module: str) -> str:
-    """SHA-256 of one module of the package, as shipped (``watchdog.py``)."""
-    return hashlib.sha256(sources()[f"dual_spark/{module}"].encode()).hexdigest()
+def digest(*modules: str) -> str:
+    """SHA-256 of modules of the package, as shipped, one after the other (``watchdog.py``)."""
+    return hashlib.sha256("".join(sources()[f"dual_spark/{module}"] for module in modules).encode()).hexdigest()

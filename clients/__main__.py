@@ -12,7 +12,9 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shlex
+import stat
 from contextlib import ExitStack
 from pathlib import Path
 
@@ -71,12 +73,48 @@ def probe(url: str, key: str, model: str, profile: str, window: int) -> list[str
     return failures
 
 
+def private_directory(path: Path) -> int:
+    """An open descriptor of the directory ``path``: not a link, this user's, writable by no one
+    else (who could otherwise swap in a file of theirs); refused otherwise, saying how to fix it."""
+    try:
+        descriptor = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+    except OSError as error:
+        raise click.ClickException(f"{path} is not a directory this user can open ({error.strerror}): nothing written "
+                                   "there. Fix: give --out a directory of your own") from None
+    info = os.fstat(descriptor)
+    if info.st_uid != os.geteuid() or info.st_mode & 0o022:
+        os.close(descriptor)
+        whose = "writable by others" if info.st_uid == os.geteuid() else f"owned by user {info.st_uid}"
+        raise click.ClickException(f"{path} is {whose}: the API key and its configurations are not written there. "
+                                   f"Fix: chmod go-w {shlex.quote(str(path))} if it is yours, or give --out a directory of your own")
+    return descriptor
+
+
 def write(path: Path, text: str, mode: int = 0o644) -> None:
+    """``text`` into ``path`` whole: a new file beside it under a random name (O_EXCL, no link
+    followed, 0600 until it holds its text), renamed over it. A link at ``path`` is refused."""
     path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    descriptor = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, mode)
-    with os.fdopen(descriptor, "w") as handle:
-        handle.write(text)
-    os.chmod(path, mode)
+    directory = private_directory(path.parent)
+    temporary = f".{path.name}.{secrets.token_hex(8)}"
+    try:
+        try:
+            found = os.lstat(path.name, dir_fd=directory).st_mode
+        except FileNotFoundError:
+            found = stat.S_IFREG
+        if not stat.S_ISREG(found):
+            raise click.ClickException(f"{path} is {'a symbolic link' if stat.S_ISLNK(found) else 'not a regular file'}: "
+                                       "nothing written through it. Fix: remove it, and run again")
+        descriptor = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600, dir_fd=directory)
+        try:
+            with os.fdopen(descriptor, "w") as handle:
+                handle.write(text)
+                os.fchmod(handle.fileno(), mode)
+            os.replace(temporary, path.name, src_dir_fd=directory, dst_dir_fd=directory)
+        except BaseException:
+            os.unlink(temporary, dir_fd=directory)
+            raise
+    finally:
+        os.close(directory)
 
 
 @click.command()
@@ -89,6 +127,7 @@ def main(cluster: Cluster, out_dir: Path, local_port: int | None, accept_new_hos
     settings = cluster.settings
     local_port = local_port or settings.api_port
     out = out_dir.resolve()
+    os.close(private_directory(out))  # refused before the head is asked for the key
     with ExitStack() as stack:
         url, key, identity = through_site(stack, cluster, accept_new_host_key)
         models = requests.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)

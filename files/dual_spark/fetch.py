@@ -8,7 +8,10 @@ huggingface_hub takes a file over Xet when the hub serves it so (hf_xet, set up 
 docker run), else over plain HTTP; the check is the same.
 
     fetch --repo ORG/NAME --revision COMMIT --dest DIR --store PATH --room NODE=FREE:HAVE [--room ...]
-          [--token-file FILE] [--workers N] [--progress SECONDS]
+          [--token-file FILE [--allow-http-token]] [--workers N] [--progress SECONDS]
+
+The token file is read as secret.py reads secrets (no link, one line); the token goes to the hub
+over HTTPS only, unless --allow-http-token, and is masked in every message, a library's included.
 
 It prints a JSON summary; with --progress, a progress line that often while the bytes move
 (progress.py) and a summary line for people instead.
@@ -24,17 +27,27 @@ import sys
 import time
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import NoReturn
+from urllib.parse import urlsplit
 
 from huggingface_hub import HfApi, hf_hub_download
 from huggingface_hub.errors import GatedRepoError, HfHubHTTPError, RepositoryNotFoundError, RevisionNotFoundError
 
 from .progress import Progress
 from .room import short
+from .secret import SecretError, masked, read_secret
+
+HUB = "https://huggingface.co"  # huggingface_hub's endpoint when HF_ENDPOINT is not set
+TOKEN_FIX = ("Fix: as the deploy user, put the token alone in the file hf_token_file names (mode 600), "
+             "e.g. with `hf auth login`, or remove the file if the repository is public")
 
 
-def fail(message: str) -> None:
-    print(f"fetch_model: {message}", file=sys.stderr)
-    sys.exit(1)
+class Stop(Exception):
+    """A problem with a message for the user; the program exits 1 with it."""
+
+
+def fail(message: str) -> NoReturn:
+    raise Stop(message)
 
 
 def sha256(path: Path) -> str:
@@ -67,15 +80,40 @@ def main(argv: list[str], prog: str) -> None:
     parser.add_argument("--store", required=True, help="the model store on every node (its messages name it)")
     parser.add_argument("--room", action="append", default=[], help="NODE=FREE:HAVE, bytes, for each node that receives it")
     parser.add_argument("--token-file", type=Path)
+    parser.add_argument("--allow-http-token", action="store_true", help="send the token to an http:// HF_ENDPOINT too")
     parser.add_argument("--workers", type=int, default=8)
     parser.add_argument("--progress", type=float, metavar="SECONDS")
     args = parser.parse_args(argv)
+    token = None
+    try:
+        token = hub_token(args.token_file, os.environ.get("HF_ENDPOINT") or HUB, args.allow_http_token)
+        fetch_model(args, token)
+    except Exception as error:  # a library's words too: whatever of the token they hold is masked
+        words = str(error) if isinstance(error, (Stop, SecretError)) else f"{type(error).__name__}: {error}"
+        print(f"fetch_model: {masked(words, token)}", file=sys.stderr)
+        sys.exit(1)
+
+
+def hub_token(path: Path | None, endpoint: str, allow_http: bool) -> str | None:
+    """The token in the file at ``path`` (None: no file); refused for an endpoint that is not
+    https:// unless ``allow_http``."""
+    if path is None or not os.path.lexists(path):
+        return None
+    token = read_secret(path, "the hub token file", TOKEN_FIX)
+    if urlsplit(endpoint).scheme != "https" and not allow_http:
+        fail(f"HF_ENDPOINT {endpoint} is not https://: the hub token would cross the network readable. Fix: serve the hub "
+             "over https, or set hf_endpoint_insecure_http = true in site.toml to send it anyway")
+    return token
+
+
+def fetch_model(args: argparse.Namespace, token: str | None) -> None:
+    """The revision into args.dest, its summary printed."""
     started = time.monotonic()
-    token = args.token_file.read_text().strip() if args.token_file and args.token_file.is_file() else None
+    auth = token or False  # no token: huggingface_hub sends none, not even one it finds itself
     where = f"{args.repo} at {args.revision[:12]}"
     api = HfApi(endpoint=os.environ.get("HF_ENDPOINT"))
     try:
-        info = api.model_info(args.repo, revision=args.revision, files_metadata=True, token=token)
+        info = api.model_info(args.repo, revision=args.revision, files_metadata=True, token=auth)
     except GatedRepoError:
         if token:
             fail(f"{where} is gated and this token has no access. Fix: accept the model's terms on its hub page "
@@ -112,7 +150,7 @@ def main(argv: list[str], prog: str) -> None:
 
     def fetch(item) -> int:
         name, size, lfs = item
-        path = Path(hf_hub_download(args.repo, name, revision=info.sha, local_dir=args.dest, token=token))
+        path = Path(hf_hub_download(args.repo, name, revision=info.sha, local_dir=args.dest, token=auth))
         if lfs and sha256(path) != lfs:
             path.unlink()
             raise ValueError(f"{name} does not match the hub's SHA-256: removed, run again")

@@ -17,6 +17,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from .secret import KEY_FIX, SecretError, read_secret
+
 COUNTERS = {"vllm:spec_decode_num_drafts_total": "drafts", "vllm:spec_decode_num_draft_tokens_total": "draft_tokens",
             "vllm:spec_decode_num_accepted_tokens_total": "accepted"}
 GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting"}
@@ -88,7 +90,10 @@ def main(argv: list[str], prog: str) -> None:
     parser.add_argument("--timeout", type=float, default=30, help="seconds for each request")
     parser.add_argument("--metrics", action="store_true", help="also read /metrics")
     args = parser.parse_args(argv)
-    key = args.key_file.read_text().strip()
+    try:
+        key = read_secret(args.key_file, "the API key file", KEY_FIX)
+    except SecretError as error:
+        sys.exit(f"health: {error}")
     started = time.monotonic()
     while True:
         reading = probe(args.url.rstrip("/"), key, args.timeout)

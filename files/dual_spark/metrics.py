@@ -25,7 +25,6 @@ import argparse
 import http.client
 import json
 import math
-import os
 import socket
 import subprocess
 import sys
@@ -34,6 +33,8 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from pathlib import Path
+
+from .atomic import write_atomically
 
 DOCKER_SOCKET = "/var/run/docker.sock"
 GPU_FIELDS = ("index", "name", "power.draw", "temperature.gpu", "clocks.sm", "utilization.gpu")
@@ -323,14 +324,6 @@ def collect(args, state: dict) -> tuple[str, dict]:
         metrics.add("dual_spark_collector_errors", "gauge", "1 for each reading that failed this time.", {"reading": reading}, 1.0)
     metrics.add("dual_spark_collector_last_run_timestamp_seconds", "gauge", "When the collector last wrote this file.", {}, time.time())
     return metrics.text(), state
-
-
-def write_atomically(path: Path, text: str) -> None:
-    """Write beside the target, then rename: the exporter never reads half a file."""
-    temporary = path.with_name(f".{path.name}.{os.getpid()}.tmp")  # not *.prom: the exporter skips it
-    temporary.write_text(text)
-    os.chmod(temporary, 0o644)
-    os.replace(temporary, path)
 
 
 def load_state(path: Path) -> dict:

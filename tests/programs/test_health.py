@@ -84,3 +84,13 @@ def test_the_program_prints_one_line_without_the_key_and_says_by_its_exit(api, t
         assert result.returncode == code and key not in result.stdout
         reading = json.loads(result.stdout)
         assert reading["ok"] == (code == 0) and reading["metrics"]["running"] == 2
+
+
+def test_a_key_file_that_is_a_link_is_refused_before_the_api_is_asked(api, tmp_path):
+    url, _ = api
+    (tmp_path / "real").write_text(KEY + "\n")
+    (tmp_path / "api-key").symlink_to(tmp_path / "real")
+    result = subprocess.run([sys.executable, str(ARCHIVE), "health", "--url", url, "--key-file", str(tmp_path / "api-key")],
+                            capture_output=True, text=True, timeout=30)
+    assert result.returncode == 1 and result.stdout == "" and KEY not in result.stderr
+    assert result.stderr.startswith(f"health: the API key file {tmp_path / 'api-key'} is a symbolic link. Fix: remove it")

@@ -229,7 +229,7 @@ def test_a_write_that_fails_on_the_worker_reaches_the_senders_error(model, tmp_p
                  "--local", "127.0.0.1", "--remote-dir", dest, "--remote-state", tmp_path / "missing/verified.json",
                  check=False)
     assert result.returncode == 1, result.stderr
-    assert "transfer interrupted after" in result.stderr and f"{tmp_path / 'missing/verified.json'}.tmp" in result.stderr
+    assert "transfer interrupted after" in result.stderr and f"{tmp_path / 'missing'}/.verified.json." in result.stderr
 
 
 def test_progress_lines_then_one_summary_line(bare_model, tmp_path):

@@ -8,6 +8,8 @@ import os
 import sys
 from pathlib import Path
 
+from ..atomic import write_atomically
+
 CHUNK = 64 << 20
 BLOCK = 4 << 20
 PART = ".dsp-part"
@@ -34,9 +36,7 @@ def model_files(root: Path) -> list[str]:
 
 
 def write_json(path: Path, value: dict) -> None:
-    temporary = path.with_name(path.name + ".tmp")
-    temporary.write_text(json.dumps(value, indent=1, sort_keys=True))
-    os.replace(temporary, path)
+    write_atomically(path, json.dumps(value, indent=1, sort_keys=True))
 
 
 def read_json(path: Path) -> dict | None:
