@@ -266,7 +266,7 @@ def runtime_image(image_name: str, image: Image, user: str, state_dir: str, cont
 
 @operation()
 def model_on_every_node(model: Model, user: str, state_dir: str, model_dir: str, image: Image, hf_endpoint: str,
-                        hf_token_file: str, container: dict, streams: int, verify_model: str):
+                        hf_token_file: str, container: dict, streams: int, verify_model: str, hf_endpoint_insecure_http: bool = False):
     """
     On the head: fetch the model once into its own directory of the model store ``model_dir``
     (``layout.store_entry``: one per source), beside the one the stacks serve, which stays as it
@@ -289,6 +289,7 @@ def model_on_every_node(model: Model, user: str, state_dir: str, model_dir: str,
     + image: the runtime image's spec (``tag``, ``python``): the hub fetch runs in it
     + hf_endpoint: the hub's URL
     + hf_token_file: the deploy user's hub token file on the head (only gated repositories need it)
+    + hf_endpoint_insecure_http: the token may go to an http:// hub (a mirror on the LAN); else only over https
     + container: the site's container settings (``mounts``, ``env``)
     + streams: parallel TCP streams per rail
     + verify_model: "size" or "full"
@@ -335,7 +336,7 @@ def model_on_every_node(model: Model, user: str, state_dir: str, model_dir: str,
             refusal = token_refusal(hf_token_file, user, head["token"])
             if refusal:
                 raise OperationError(f"{host.name}: {refusal}: nothing was fetched")
-        yield fetch(model, user, where, model_dir, entry, image, hf_endpoint, hf_token_file, container, rooms)
+        yield fetch(model, user, where, model_dir, entry, image, hf_endpoint, hf_token_file, container, rooms, hf_endpoint_insecure_http)
     else:
         refusal = short(manifest["bytes"], rooms, model_dir, "the model")
         if refusal:
@@ -377,7 +378,7 @@ def room(name: str, reading: dict) -> str:
 
 
 def fetch(model: Model, user: str, where: dict, store: str, entry: str, image: Image, hf_endpoint: str, hf_token_file: str,
-          container: dict, rooms: list[str]) -> FunctionCommand:
+          container: dict, rooms: list[str], insecure_http: bool = False) -> FunctionCommand:
     """The model into its directory ``entry`` of the model store ``store`` (the deploy user's,
     claimed by the first step, operations/own.py, and checked again here), made by the deploy user
     and marked, or found marked: else nothing happens. Each node's room (``rooms``) is checked
@@ -420,7 +421,7 @@ def fetch(model: Model, user: str, where: dict, store: str, entry: str, image: I
         "--entrypoint", QuoteString(image.python), QuoteString(image.tag), IN_CONTAINER["programs"], "fetch",
         "--repo", QuoteString(model.repo), "--revision", QuoteString(model.revision), "--dest", "/model",
         "--store", QuoteString(store), *room_args,
-        "--token-file", "/run/secrets/hf_token", "--progress", str(PROGRESS_EVERY),
+        "--token-file", "/run/secrets/hf_token", *(["--allow-http-token"] if insecure_http else []), "--progress", str(PROGRESS_EVERY),
         "&&", "chown", "-R", QuoteString(f"{user}:"), QuoteString(entry),
     )
     return FunctionCommand(streamed, (command,), {})

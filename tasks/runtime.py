@@ -32,7 +32,7 @@ runtime_image(
 model_on_every_node(
     name="Fetch the model once on the head, hash it, replicate it down the ranks over the fabric, verified",
     model=cluster.model, user=user, state_dir=settings.state_dir, model_dir=settings.model_dir,
-    image=image, hf_endpoint=settings.hf_endpoint,
+    image=image, hf_endpoint=settings.hf_endpoint, hf_endpoint_insecure_http=settings.hf_endpoint_insecure_http,
     hf_token_file=settings.hf_token_file, container=container, streams=settings.replication_streams,
     verify_model=settings.verify_model,
 )
