@@ -79,6 +79,11 @@ def _image(name: str, spec: dict, error) -> None:
         if not (context / "Dockerfile").is_file():
             error(f"{where}.build", spec["build"], "point at a directory holding a Dockerfile (relative to the repository, or absolute)")
             return
+        secret = schema.build_secret(context)
+        if secret:
+            error(f"{where}.build", spec["build"], f"{secret} in it holds credentials, and the build context goes to every node "
+                  "and into the image: build from a directory of the Dockerfile and what it copies only")
+            return
         spec["build"] = str(context)
         spec["tag"] = f"dual-spark/{name}:{context_digest(context)[:12]}"
     for key in ("kv_cache_dtypes", "python", "vllm"):

@@ -15,6 +15,7 @@ import re
 import socket
 from collections.abc import Callable
 from dataclasses import dataclass
+from pathlib import Path
 from urllib.parse import urlsplit
 
 from layout import VLLM_FLAG_ALIASES, VLLM_FLAG_PREFIXES, VLLM_FLAGS
@@ -296,6 +297,21 @@ def in_home(value: str) -> str | None:
 
 def holds_credentials(inside: str) -> bool:
     return any(inside == name or inside.startswith(name + "/") for name in CREDENTIALS)
+
+
+# What names credentials among a build context's files: a private key, a login's file or a token.
+CREDENTIAL_FILE = re.compile(r"(id_(rsa|ecdsa|ed25519|dsa)|\.netrc|\.git-credentials|\.pypirc|\.env|token|credentials"
+                             r"|.*\.(pem|key|p12|pfx))", re.IGNORECASE)
+
+
+def build_secret(context: Path) -> str | None:
+    """The first file or directory of a Docker build context that holds credentials (it is sent
+    to every node and baked into the image), or None."""
+    for path in sorted(context.rglob("*")):
+        relative = path.relative_to(context).as_posix()
+        if holds_credentials(relative) or CREDENTIAL_FILE.fullmatch(path.name):
+            return relative
+    return None
 
 
 def container_mount(value: str) -> str | None:

@@ -581,3 +581,22 @@ def test_a_known_hosts_that_links_to_dev_null_is_refused_and_a_real_file_taken(t
     (tmp_path / "known_hosts").write_text("")
     assert "a real known_hosts file" in refused(with_("ssh.known_hosts", str(tmp_path / "nothing")))
     assert load(with_("ssh.known_hosts", str(tmp_path / "known_hosts"))).known_hosts == str(tmp_path / "known_hosts")
+
+
+@pytest.mark.parametrize("secret", ["id_ed25519", ".ssh/known_hosts", "hf/token", "certs/server.key", ".env", ".cache/huggingface/stored_tokens"])
+def test_a_build_context_that_holds_credentials_is_refused(tmp_path, secret):
+    """The context goes to every node and into the image: a credential in it would too."""
+    (tmp_path / "Dockerfile").write_text("FROM scratch\n")
+    (tmp_path / secret).parent.mkdir(parents=True, exist_ok=True)
+    (tmp_path / secret).write_text("secret\n")
+    message = refused(with_("image.tony-overlay", {"build": str(tmp_path)}))
+    assert f"image.tony-overlay.build = '{tmp_path}': {secret.split('/')[0] if secret.startswith('.') else secret} in it holds " \
+           "credentials" in message, message
+
+
+def test_a_build_context_of_a_dockerfile_and_its_files_is_accepted(tmp_path):
+    (tmp_path / "Dockerfile").write_text("FROM scratch\nCOPY overlay /overlay\n")
+    (tmp_path / "overlay").mkdir()
+    (tmp_path / "overlay/tokenizer.py").write_text("# not a token\n")
+    (tmp_path / "overlay/keys.py").write_text("KEYS = []\n")
+    assert load(with_("image.tony-overlay", {"build": str(tmp_path)})).images["tony-overlay"].build == str(tmp_path)
