@@ -57,9 +57,10 @@ def restart_docker(node: Node) -> None:
 
 
 def small_disk(node: Node, path: str, size: str) -> None:
-    """A nearly full disk under ``path`` on the node (a tmpfs of ``size``, e.g. "16m")."""
+    """A nearly full disk under ``path`` on the node (a tmpfs of ``size``, e.g. "16m"), its root
+    root's and mode 755 as a new ext4 file system's is (a tmpfs's own 1777 the deploy refuses)."""
     in_node(node.dir, "mkdir", "-p", path)
-    in_node(node.dir, "mount", "-t", "tmpfs", "-o", f"size={size}", "tmpfs", path)
+    in_node(node.dir, "mount", "-t", "tmpfs", "-o", f"size={size},mode=755", "tmpfs", path)
 
 
 def free_disk(node: Node, path: str) -> None:
