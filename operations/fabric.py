@@ -8,14 +8,20 @@ from io import StringIO
 from pyinfra import host, logger
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
+from cluster import Cluster
 from facts.fabric import FabricState, Link
 from layout import RUN_DIR
 from operations.managed import refuse_theirs
-from operations.readings import read
+from operations.readings import Reading, plans, read
 from operations.render import render, show_diff
 from operations.upload import upload
 
 STAGING_DIR = f"{RUN_DIR}/netplan-check"
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    return [(FabricState, {"path": cluster.settings.netplan_path})]
 
 
 def render_netplan(hostname: str, others: list[str], rails: list[dict], mtu: int) -> str:

@@ -7,9 +7,19 @@ from pyinfra import host
 from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.operations import apt
 
+from checks.node import USERNS_KEY
+from cluster import Cluster
 from facts.host_prep import HostSettings, PackageStatus, UserGroups
 from operations.managed import file_differs, put_changed
-from operations.readings import read
+from operations.readings import Reading, plans, read
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    settings = cluster.settings
+    return [(PackageStatus, {"packages": settings.host_packages}), (UserGroups, {"user": cluster.deploy_user}),
+            (HostSettings, {"paths": [settings.memlock_limits_path, settings.memlock_systemd_path, settings.userns_sysctl_path],
+                            "key": USERNS_KEY})]
 
 
 @operation()

@@ -8,7 +8,13 @@ from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from cluster import Cluster
 from facts.identity import MachineIds
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
+from operations.readings import Reading, plans
 from operations.render import listed
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    return [(MachineIds, {})]
 
 BACKUP_DIR = "/root"
 

@@ -17,12 +17,20 @@ from pyinfra.api.util import get_file_sha256
 from pyinfra.facts.files import FileContents
 from pyinfra.operations import files
 
+from cluster import Cluster
 from facts.host_prep import ArchiveFiles, FileInfo, ManagedPaths
-from layout import MANAGED_HEADER
-from operations.own import NAMES, Claim, claim_command, plan, reading_paths
-from operations.readings import read
+from layout import MANAGED_HEADER, paths
+from operations.own import NAMES, Claim, claim_command, deploy_directories, plan, reading_paths
+from operations.readings import Reading, plans, read
 from operations.render import show_diff, show_line
 from operations.upload import private, upload
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    settings = cluster.settings
+    claims = [Claim(*entry) for entry in deploy_directories(settings, cluster.deploy_user)]
+    return [(ManagedPaths, {"files": [paths(settings.state_dir, "")["programs"]], "directories": reading_paths(claims), "names": NAMES})]
 
 
 def refuse_theirs(path: str, lines: list[str] | None, owner: str | None, field: str | None = None) -> None:

@@ -42,7 +42,7 @@ from layout import (
 from operations.managed import refuse_theirs
 from operations.own import claimed
 from operations.peer import acts_here
-from operations.readings import read
+from operations.readings import Reading, plans, read
 from operations.render import render, show_diff, show_line
 from operations.upload import upload
 from programs import digest
@@ -182,6 +182,11 @@ def reading_arguments(settings: ObservabilitySettings) -> dict:
     """ObservabilityState's arguments on this node (as operations/readings.py reads it for every step)."""
     grafana = sorted(path for path in settings.files if path.startswith(settings.grafana_dir + "/"))
     return {"role": settings.role, **({"grafana": grafana} if settings.grafana_image else {})}
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    return [(ObservabilityState, reading_arguments(observability_settings(cluster, name)))] if cluster.settings.observability else []
 
 
 def differs(text: str, info: dict | None) -> bool:

@@ -11,60 +11,36 @@ changes execute (a FunctionCommand) reads the node itself."""
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from weakref import WeakKeyDictionary
 
 import gevent
 from pyinfra import host, inventory, state
 from pyinfra.api import FactBase, Host
 
-from checks.node import USERNS_KEY
 from cluster import Cluster
-from facts.fabric import FabricState
-from facts.host_prep import HostSettings, ManagedPaths, PackageStatus, UserGroups
-from facts.identity import MachineIds
 from facts.node import NodeState
-from facts.observability import ObservabilityState
-from facts.runtime import ImageState, ModelState
-from facts.serving import ModelHeads, ServingState
-from facts.ssh_trust import SshTrust
-from facts.store import StoreState
-from layout import paths, smoke_marker, store_entry
-from operations.own import NAMES, Claim, deploy_directories, reading_paths
+
+Reading = tuple[type[FactBase], dict]
+# What each operation module's steps read of a node, as it declares (``plans``).
+_plans: list[Callable[[Cluster, str], list[Reading]]] = []
 
 # node -> (taken while the changes execute, the greenlet reading it: {reading's key: its value})
 _taken: WeakKeyDictionary[Host, tuple[bool, gevent.Greenlet]] = WeakKeyDictionary()
 
 
-def step_readings(cluster: Cluster, name: str) -> list[tuple[type[FactBase], dict]]:
-    """Every (fact, arguments) a step of tasks/ reads of the node ``name`` (as its task gives the
-    arguments), whichever node's step reads it."""
-    settings, user, node = cluster.settings, cluster.deploy_user, cluster.node(name)
-    model_dir = store_entry(settings.model_dir, cluster.model.source)
-    where = paths(settings.state_dir, model_dir)
-    claims = [Claim(*entry) for entry in deploy_directories(settings, user)]
-    readings = [
-        (PackageStatus, {"packages": settings.host_packages}),
-        (UserGroups, {"user": user}),
-        (HostSettings, {"paths": [settings.memlock_limits_path, settings.memlock_systemd_path, settings.userns_sysctl_path],
-                        "key": USERNS_KEY}),
-        (MachineIds, {}),
-        (FabricState, {"path": settings.netplan_path}),
-        (SshTrust, {"user": user, "netdevs": []}),
-        (ManagedPaths, {"files": [where["programs"]], "directories": reading_paths(claims), "names": NAMES}),
-        (ImageState, {"tag": cluster.image.tag, "marker": smoke_marker(settings.state_dir, cluster.image.tag)}),
-        (ModelState, {"programs": where["programs"], "model_dir": model_dir, "manifest": where["manifest"],
-                      "state": where["verified"], "user": user, "token_file": settings.hf_token_file}),
-        (ModelHeads, {"model_dir": model_dir}),
-        (StoreState, {"model_dir": settings.model_dir, "stack_dir": settings.stack_dir}),
-        (ServingState, {"stack_dir": settings.stack_dir, "key_file": where["api_key"], "model_record": where["manifest"]}),
-    ]
-    if cluster.logins_from(node):
-        readings.append((SshTrust, {"user": user, "netdevs": [rail["netdev"] for rail in node.rail_data]}))
-    if settings.observability:
-        from operations.observability import observability_settings, reading_arguments  # it reads through this module
+def plans(plan: Callable[[Cluster, str], list[Reading]]) -> Callable[[Cluster, str], list[Reading]]:
+    """Declare ``plan(cluster, name)``: every (fact, arguments) its module's steps read of the node
+    ``name``, with the arguments its task gives them. A module declares its own, beside the steps."""
+    _plans.append(plan)
+    return plan
 
-        readings.append((ObservabilityState, reading_arguments(observability_settings(cluster, name))))
-    return readings
+
+def step_readings(cluster: Cluster, name: str) -> list[Reading]:
+    """Every (fact, arguments) the steps of the modules a run has loaded read of the node ``name``,
+    whichever node's step reads it: each once."""
+    found = {key(fact, arguments): (fact, arguments) for plan in _plans for fact, arguments in plan(cluster, name)}
+    return list(found.values())
 
 
 def fact_name(fact: type[FactBase]) -> str:

@@ -19,10 +19,12 @@ from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringComm
 
 from cluster import Cluster, Image, Model, Node
 from facts.runtime import ImageState, ModelState, token_fix, token_path, token_refusal
+from facts.serving import ModelHeads
 from files.dual_spark.room import short
 from layout import FABRIC_CIPHER, IN_CONTAINER, OWN_FILES, SSH_OPTIONS, paths, smoke_marker, store_entry
 from operations.own import claimed, entry_claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
+from operations.readings import Reading, plans
 from operations.upload import upload
 
 PROGRESS_EVERY = 10  # seconds between the progress lines of a long step
@@ -37,6 +39,17 @@ PROGRESS_EVERY = 10  # seconds between the progress lines of a long step
 # same unified memory while it fetches. Why: docs/cluster.md#the-hub-fetch-and-xet.
 FETCH_ENV = {"HF_HOME": "/model/.cache/huggingface", "HF_XET_CACHE": "/tmp/hf-xet", "HF_XET_CHUNK_CACHE_SIZE_BYTES": "0",
              "HF_XET_RECONSTRUCTION_DOWNLOAD_BUFFER_LIMIT": "8gb"}
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    settings, user = cluster.settings, cluster.deploy_user
+    model_dir = store_entry(settings.model_dir, cluster.model.source)
+    where = paths(settings.state_dir, model_dir)
+    return [(ImageState, {"tag": cluster.image.tag, "marker": smoke_marker(settings.state_dir, cluster.image.tag)}),
+            (ModelState, {"programs": where["programs"], "model_dir": model_dir, "manifest": where["manifest"],
+                          "state": where["verified"], "user": user, "token_file": settings.hf_token_file}),
+            (ModelHeads, {"model_dir": model_dir})]
 
 
 def container_args(container: dict, own: dict | None = None) -> list:

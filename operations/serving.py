@@ -28,7 +28,7 @@ from facts.verify import api_reading
 from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, STOP_TIMEOUT, paths, smoke_marker, store_entry
 from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
-from operations.readings import read
+from operations.readings import Reading, plans, read
 from operations.records import cluster_state, described, on_every_node, record, restore, state_of
 from operations.render import render, show_diff
 from operations.runtime import streamed
@@ -43,6 +43,16 @@ FILES = ("compose.yaml", "launch.sh")
 # when the profile sets them (the image must have the field: image_supports).
 SPECULATIVE_FIELDS = {"speculative_schedule": "num_speculative_tokens_per_batch_size",
                       "adaptive_verification": "enable_adaptive_verification"}
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    settings = cluster.settings
+    model_dir = store_entry(settings.model_dir, cluster.model.source)
+    where = paths(settings.state_dir, model_dir)
+    return [(ImageState, {"tag": cluster.image.tag, "marker": smoke_marker(settings.state_dir, cluster.image.tag)}),
+            (ModelHeads, {"model_dir": model_dir}),
+            (ServingState, {"stack_dir": settings.stack_dir, "key_file": where["api_key"], "model_record": where["manifest"]})]
 
 
 def vllm_args(settings: StackSettings) -> list[str]:

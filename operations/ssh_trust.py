@@ -10,8 +10,17 @@ from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from cluster import Cluster
 from facts.ssh_trust import KEY_NAME, SshTrust
 from operations.peer import reachable, read_all, warn_unreachable
-from operations.readings import read
+from operations.readings import Reading, plans, read
 from operations.render import listed
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    node, user = cluster.node(name), cluster.deploy_user
+    found = [(SshTrust, {"user": user, "netdevs": []})]
+    if cluster.logins_from(node):
+        found.append((SshTrust, {"user": user, "netdevs": [rail["netdev"] for rail in node.rail_data]}))
+    return found
 
 
 def _private_dir(user: str, path: str) -> StringCommand:

@@ -9,15 +9,21 @@ import posixpath
 from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand, operation
 
+from cluster import Cluster
 from facts.store import StoreState
 from operations.own import checks
 from operations.peer import reachable, warn_unreachable
-from operations.readings import read
+from operations.readings import Reading, plans, read
 
 # What the stack files named on each node when this run planned (change detection, --dry): the
 # run that follows keeps those too, so it removes only what its diff showed, whatever the stack
 # files it installs meanwhile (compose.yaml.previous moves on) no longer name.
 _planned: dict = {"state": None, "named": {}}
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    return [(StoreState, {"model_dir": cluster.settings.model_dir, "stack_dir": cluster.settings.stack_dir})]
 
 
 @operation()
