@@ -10,7 +10,7 @@ from checks.fabric import link_check, roce_check
 from checks.node import NVML_FIXES
 from cluster import Cluster, Profile
 from layout import CONTAINER
-from operations.records import described
+from states import described
 
 LOGS = f"docker logs --tail 100 {CONTAINER}"
 UP = ("serving", "busy", "joined")  # the watchdog states of a side that serves

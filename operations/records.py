@@ -5,11 +5,11 @@ Once the head has generated its first token, every node's stack files are copied
 ``{stack_dir}/served/`` with a state.json (the cluster's state ID, the node's stack, profile,
 image, model, since when); the record there before moves to ``rollback/`` (layout.RECORDS). A
 state keeps its image (the deploy removes none: each image's tag names its digest) and its model
-(the model store keeps every revision a stack file names)."""
+(the model store keeps every revision a stack file names). What a state is, and how it is
+named, is states.py's."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import shlex
 
@@ -20,15 +20,6 @@ from operations.runtime import at_once, on_node
 FILES = {"compose.yaml": "644", "launch.sh": "755"}
 
 
-def cluster_state(stack_hashes: list[str]) -> str:
-    """The ID of a state of the cluster: every node's stack hash, in rank order."""
-    return hashlib.sha256(" ".join(stack_hashes).encode()).hexdigest()[:16]
-
-
-def state_of(settings, stack_hash: str, cluster: str, model_digest: str | None) -> dict:
-    """What a node records of a state that served (``settings``: its StackSettings)."""
-    return {"cluster": cluster, "stack": stack_hash, "profile": settings.profile_name, "image": settings.image.tag,
-            "model": settings.model.source, "model_digest": (model_digest or "none")[:12]}
 
 
 def record(stack_dir: str, values: dict) -> str:
@@ -70,12 +61,3 @@ def on_every_node(stacks: list, scripts: list[str], what: str):
             remote = "w " + shlex.quote("sudo -n sh -c " + shlex.quote(script))
             jobs.append((settings.hostname, on_node(settings.rails, settings.deploy_user, remote).get_raw_value()))
     return at_once(jobs, what)
-
-
-def described(values: dict) -> str:
-    """One line naming a recorded state: profile, image (and its ID), model, since when."""
-    model = values.get("model") or {}
-    source = model.get("path") or f"{model.get('repo')}@{str(model.get('revision'))[:12]}"
-    image_id = f" ({values['image_id'][:19]})" if values.get("image_id") else ""
-    since = f", serving since {values['since']}" if values.get("since") else ""
-    return f"profile {values.get('profile')}, image {values.get('image')}{image_id}, model {source}{since}"

@@ -29,12 +29,13 @@ from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, RUN_DIR, ST
 from operations.own import claimed
 from operations.peer import acts_here, reachable, read_all, warn_unreachable
 from operations.readings import Reading, plans, read
-from operations.records import cluster_state, described, on_every_node, record, restore, state_of
+from operations.records import on_every_node, record, restore
 from operations.render import render, show_diff
 from operations.runtime import streamed
 from operations.status import cluster_status
 from operations.upload import upload
 from programs import digest
+from states import cluster_state, described, state_of
 
 STAGING = f"{RUN_DIR}/stack-check"
 PROBE_SLICE = 5  # seconds of each wait for the first token between two readings of the nodes' backoff records

@@ -11,9 +11,10 @@ from pathlib import Path
 import pytest
 
 from layout import MANAGED_MARKER
-from operations.records import cluster_state, described, record, restore, state_of
+from operations.records import record, restore
 from operations.serving import stack_settings
 from site_config import load_site
+from states import cluster_state, described, state_of
 
 SITE = Path(__file__).parent / "sites" / "pair.toml"
 IMAGE_ID = "sha256:" + "5e" * 32
