@@ -15,7 +15,7 @@ import shlex
 
 from layout import STOP_TIMEOUT
 from operations.own import claimed
-from operations.runtime import at_once, on_node
+from operations.peer import at_once, on_node
 
 FILES = {"compose.yaml": "644", "launch.sh": "755"}
 

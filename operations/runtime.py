@@ -21,9 +21,9 @@ from cluster import Cluster, Image, Model, Node
 from facts.runtime import ImageState, ModelState, token_fix, token_path, token_refusal
 from facts.serving import ModelHeads
 from files.dual_spark.room import short
-from layout import FABRIC_CIPHER, IN_CONTAINER, OWN_FILES, SSH_OPTIONS, paths, smoke_marker, store_entry
+from layout import IN_CONTAINER, OWN_FILES, paths, smoke_marker, store_entry
 from operations.own import claimed, entry_claimed
-from operations.peer import acts_here, reachable, read_all, warn_unreachable
+from operations.peer import acts_here, at_once, on_node, reachable, read_all, warn_unreachable
 from operations.readings import Reading, plans
 from operations.upload import upload
 
@@ -108,21 +108,6 @@ def build_context(directory: str) -> io.BytesIO:
     return data
 
 
-def on_node(rails: list[dict], user: str, body: str) -> StringCommand:
-    """Shell that runs ``body`` with `w CMD` meaning "run CMD on that node" (a worker, the one whose
-    ``rails`` these are), over the first fabric rail it answers on, saying which rails it skipped."""
-    ssh = f"sudo -n -u {shlex.quote(user)} ssh {' '.join(SSH_OPTIONS)}"
-    script = []
-    for rail in rails:
-        target = shlex.quote(f"{user}@{rail['address']}")
-        script.append(
-            f"if {ssh} {target} true 2>/dev/null; then w() {{ {ssh} -c {FABRIC_CIPHER} {target} \"$@\"; }}; "
-            f"{body}; exit $?; fi; echo 'the worker does not answer over SSH at {rail['address']}: trying the next rail' >&2;"
-        )
-    script.append("echo 'the worker answers on no fabric rail: run pyinfra inventory.py tasks/verify.py' >&2; exit 1")
-    return StringCommand("sh", "-c", QuoteString(" ".join(script)))
-
-
 def image_id_of(tag: str) -> str:
     return f"docker image inspect -f '{{{{.Id}}}}' {shlex.quote(tag)}"
 
@@ -179,21 +164,6 @@ def from_upstream(sender: Node, user: str, command: StringCommand, stdin: str | 
     if sender.rank == 0:
         return command
     return on_node(sender.rail_data, user, "w " + shlex.quote(command.get_raw_value()) + (f" < {shlex.quote(stdin)}" if stdin else ""))
-
-
-def at_once(jobs: list[tuple[str, str]], what: str, then: str = "") -> StringCommand:
-    """Shell that runs each job (a node's name, the shell that does ``what`` for it) at the same
-    time, in the background, each one's output kept apart; then waits for each and prints its
-    output, every line under its node's name, after a line naming the node when it failed; and
-    fails when any did, naming them all (and saying ``then``: what happens next)."""
-    script = ['d="$(mktemp -d)" || exit 1; failed=;']
-    script += [f'( {body} ) >"$d/{i}" 2>&1 & p{i}=$!;' for i, (_, body) in enumerate(jobs)]
-    for i, (name, _) in enumerate(jobs):
-        script.append(f'wait "$p{i}" || {{ failed="$failed {name}"; echo {shlex.quote(f"{what} failed on {name}:")} >&2; }}; '
-                      f'sed {shlex.quote(f"s/^/{name}: /")} "$d/{i}" >&2;')
-    script.append(f'rm -rf "$d"; [ -z "$failed" ] || {{ echo {shlex.quote(f"{what} failed on:")}"$failed"'
-                  f'{shlex.quote(then)} >&2; exit 1; }}')
-    return StringCommand("sh", "-c", QuoteString(" ".join(script)))
 
 
 @operation()
