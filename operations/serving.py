@@ -460,7 +460,7 @@ def starts(stacks: list[StackSettings]) -> list[tuple[str, str]]:
 def recording(stacks: list[StackSettings], states: list[dict]) -> StringCommand:
     """Every node's stack recorded as the state that serves, each with its ``states`` entry
     (operations/records.py)."""
-    return on_every_node(stacks, [record(settings.stack_dir, values) for settings, values in zip(stacks, states)],
+    return on_every_node(stacks, [record(settings, values) for settings, values in zip(stacks, states)],
                          "recording the state that serves")
 
 
@@ -478,7 +478,7 @@ def way_back(stacks: list[StackSettings], readings: list[dict], cluster: str, na
         return None, "it is the state recorded as the one that served"
     head, workers = stacks[0], stacks[1:]
     return [stop(head.stack_dir), on_every_node(workers, [restore(worker, name) for worker in workers], "the rollback"),
-            StringCommand("sh", "-c", QuoteString(restore(head, name)))], described(records[0])
+            StringCommand(restore(head, name))], described(records[0])
 
 
 def served_or_rolled_back(state, host, probe: StringCommand, wait: int, what: str, node_names: list[str], backoff: list[tuple[str, str]],

@@ -1,7 +1,8 @@
-"""The records of the states that served (operations/records.py), run by a real shell on real
-directories: what `record` keeps and moves, what `restore` installs and starts, and that both
-refuse a stack directory the deploy did not claim. Docker is a script on PATH that answers
-`image inspect` and logs every call: the e2e tests run the real one."""
+"""The records of the states that served: the calls operations/records.py makes, run by a real
+shell on real directories with the archive the deploy ships (files/dual_spark/stack.py): what
+`record` keeps and moves, what `restore` installs and starts, and that both refuse a stack
+directory the deploy did not claim. Docker is a script on PATH that answers `image inspect` and
+logs every call: the e2e tests run the real one."""
 
 import dataclasses
 import json
@@ -15,6 +16,7 @@ from operations.records import record, restore
 from operations.serving import stack_settings
 from site_config import load_site
 from states import cluster_state, described, state_of
+from tests.programs import ARCHIVE
 
 SITE = Path(__file__).parent / "sites" / "pair.toml"
 IMAGE_ID = "sha256:" + "5e" * 32
@@ -36,7 +38,7 @@ def node(tmp_path):
                                     f'[ "$1 $2" = "image inspect" ] && echo {IMAGE_ID}\nexit 0\n')
     (bin_dir / "docker").chmod(0o755)
     settings = stack_settings(load_site(SITE), "spark-head")
-    return dataclasses.replace(settings, stack_dir=str(stack_dir), restarts_dir=str(restarts)), tmp_path
+    return dataclasses.replace(settings, stack_dir=str(stack_dir), restarts_dir=str(restarts), programs=str(ARCHIVE)), tmp_path
 
 
 def run(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -51,7 +53,7 @@ def values(settings, stack: str) -> dict:
 def test_a_state_that_serves_is_recorded_once_and_the_one_before_becomes_the_rollback(node):
     settings, tmp_path = node
     stack_dir = Path(settings.stack_dir)
-    assert run(record(settings.stack_dir, values(settings, "aaaa")), tmp_path).returncode == 0
+    assert run(record(settings, values(settings, "aaaa")), tmp_path).returncode == 0
     served = json.loads((stack_dir / "served/state.json").read_text())
     assert served["stack"] == "aaaa" and served["image_id"] == IMAGE_ID and served["profile"] == settings.profile_name
     assert served["model_digest"] == "e8" * 6 and served["since"].endswith("Z")
@@ -60,12 +62,12 @@ def test_a_state_that_serves_is_recorded_once_and_the_one_before_becomes_the_rol
 
     before = (stack_dir / "served/state.json").stat().st_mtime_ns
     (stack_dir / "compose.yaml").write_text("stack A, edited after\n")
-    assert run(record(settings.stack_dir, values(settings, "aaaa")), tmp_path).returncode == 0
+    assert run(record(settings, values(settings, "aaaa")), tmp_path).returncode == 0
     assert (stack_dir / "served/state.json").stat().st_mtime_ns == before  # the same state: nothing moves
     assert (stack_dir / "served/compose.yaml").read_text() == "stack A\n"
 
     (stack_dir / "compose.yaml").write_text("stack B\n")
-    assert run(record(settings.stack_dir, values(settings, "bbbb")), tmp_path).returncode == 0
+    assert run(record(settings, values(settings, "bbbb")), tmp_path).returncode == 0
     assert json.loads((stack_dir / "served/state.json").read_text())["stack"] == "bbbb"
     assert (stack_dir / "served/compose.yaml").read_text() == "stack B\n"
     assert json.loads((stack_dir / "rollback/state.json").read_text())["stack"] == "aaaa"
@@ -75,7 +77,7 @@ def test_a_state_that_serves_is_recorded_once_and_the_one_before_becomes_the_rol
 def test_restore_installs_a_record_keeps_what_it_replaces_and_starts_it_owing_no_backoff(node):
     settings, tmp_path = node
     stack_dir = Path(settings.stack_dir)
-    run(record(settings.stack_dir, values(settings, "aaaa")), tmp_path)
+    run(record(settings, values(settings, "aaaa")), tmp_path)
     (stack_dir / "compose.yaml").write_text("stack B\n")
     (stack_dir / "launch.sh").write_text("#!/bin/sh\nB\n")
     starts = Path(settings.restarts_dir) / "head-starts"
@@ -99,7 +101,7 @@ def test_restore_without_the_record_changes_nothing(node):
     assert not (tmp_path / "docker.log").exists()
 
 
-@pytest.mark.parametrize("script", [lambda s: record(s.stack_dir, values(s, "aaaa")), lambda s: restore(s, "served")])
+@pytest.mark.parametrize("script", [lambda s: record(s, values(s, "aaaa")), lambda s: restore(s, "served")])
 def test_a_stack_directory_the_deploy_did_not_claim_is_refused(node, script):
     settings, tmp_path = node
     (Path(settings.stack_dir) / MANAGED_MARKER).unlink()
@@ -113,3 +115,22 @@ def test_a_record_names_its_state_in_one_line():
                       "model": {"repo": "org/m", "revision": "a" * 40}, "since": "2026-12-01T10:00:00Z"})
     assert line == f"profile fast, image dual-spark/x:1 (sha256:5e5e5e5e5e5e), model org/m@{'a' * 12}, serving since 2026-12-01T10:00:00Z"
     assert described({"profile": "p", "image": "i", "model": {"path": "/srv/m"}}) == "profile p, image i, model /srv/m"
+
+
+@pytest.mark.parametrize("script", [lambda s: record(s, values(s, "aaaa")), lambda s: restore(s, "served")], ids=["record", "restore"])
+@pytest.mark.parametrize("hostile", ["writable by others", "reached through a link"])
+def test_a_stack_directory_others_could_have_changed_is_refused(node, script, hostile):
+    settings, tmp_path = node
+    stack_dir = Path(settings.stack_dir)
+    run(record(settings, values(settings, "aaaa")), tmp_path)
+    if hostile == "writable by others":
+        stack_dir.chmod(0o777)
+    else:
+        (tmp_path / "link").symlink_to(stack_dir)
+        settings = dataclasses.replace(settings, stack_dir=str(tmp_path / "link"))
+    before = sorted(p.name for p in stack_dir.iterdir())
+    (stack_dir / "compose.yaml").write_text("stack B\n")
+    done = run(script(settings), tmp_path)
+    assert done.returncode != 0 and "is not a directory the deploy claimed" in done.stderr
+    assert sorted(p.name for p in stack_dir.iterdir()) == before and (stack_dir / "compose.yaml").read_text() == "stack B\n"
+    assert json.loads((stack_dir / "served/state.json").read_text())["stack"] == "aaaa"

@@ -6,6 +6,7 @@
     health    does the API generate a token (and vLLM's metrics)
     watchdog  beside vLLM in each container: ends it when this side can no longer serve
     metrics   the node exporter's textfile of Spark metrics; the head's Prometheus read back
+    stack     the states that served: one recorded, one restored and started
 
 `PROGRAM --help` tells each one's arguments.
 """
@@ -16,7 +17,8 @@ import importlib
 import os
 import sys
 
-PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "watchdog": "watchdog", "metrics": "metrics"}
+PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "watchdog": "watchdog", "metrics": "metrics",
+            "stack": "stack"}
 
 
 def main() -> None:

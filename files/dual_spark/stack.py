@@ -1,0 +1,121 @@
+"""The states that served, kept on this node beside its stack (operations/records.py calls it on
+every node):
+
+    stack record --stack-dir DIR --state JSON
+        Record DIR's stack files as the state that serves: copied into DIR/served/ with
+        state.json (JSON, with the image's ID and the time added); the record there before
+        becomes DIR/rollback/. Nothing changes when served/ already holds this state (its
+        "cluster" ID).
+    stack restore --stack-dir DIR --record NAME --starts FILE
+        Install record NAME's stack files as the node's own (each one it replaces kept as
+        FILE.previous), forget the watchdog's backoff (FILE), and start the stack fresh.
+
+Either refuses a DIR that is not the deploy's: a real directory that only root (and whoever
+runs this) can change, holding the deploy's marker, theirs too. Nothing is followed through a
+link, and each file is written anew and renamed into place.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import stat
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from .atomic import write_atomically
+from .constants import MANAGED_MARKER, RECORD_STATE, STOP_TIMEOUT
+
+FILES = {"compose.yaml": 0o644, "launch.sh": 0o755}
+
+
+class StackError(Exception):
+    """What stops a record or a restore, said in one line."""
+
+
+def claimed(stack_dir: Path) -> Path:
+    """``stack_dir`` if it is the deploy's: a real directory (no link on its way) that only root
+    and this process's user own and can write, holding their marker."""
+    trusted = {0, os.geteuid()}
+    refusal = (f"stack_dir {stack_dir} is not a directory the deploy claimed (a real directory only root can change, holding "
+               f"its {MANAGED_MARKER}): run `pyinfra inventory.py tasks/runtime.py`, which makes and marks it")
+    try:
+        info, marker = os.lstat(stack_dir), os.lstat(stack_dir / MANAGED_MARKER)
+    except OSError:
+        raise StackError(refusal) from None
+    if (not stat.S_ISDIR(info.st_mode) or os.path.realpath(stack_dir) != str(stack_dir) or info.st_uid not in trusted
+            or info.st_mode & 0o022 or not stat.S_ISREG(marker.st_mode) or marker.st_uid not in trusted):
+        raise StackError(refusal)
+    return stack_dir
+
+
+def image_id(tag: str) -> str:
+    """Docker's ID of the image ``tag``, "" when Docker has none."""
+    found = subprocess.run(["docker", "image", "inspect", "-f", "{{.Id}}", tag], capture_output=True, text=True)
+    return found.stdout.strip() if found.returncode == 0 else ""
+
+
+def record(stack_dir: Path, state: dict) -> bool:
+    """Record the stack as ``state``; False when served/ holds it already."""
+    served = stack_dir / "served"
+    try:
+        if json.loads((served / RECORD_STATE).read_text()).get("cluster") == state["cluster"]:
+            return False
+    except (OSError, ValueError, AttributeError):
+        pass
+    staged = stack_dir / "served.new"
+    shutil.rmtree(staged, ignore_errors=True)
+    staged.mkdir(mode=0o755)
+    for name in FILES:
+        shutil.copy2(stack_dir / name, staged / name, follow_symlinks=False)
+    since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    write_atomically(staged / RECORD_STATE, json.dumps({**state, "image_id": image_id(state["image"]), "since": since},
+                                                       sort_keys=True, separators=(",", ":")) + "\n")
+    if served.is_dir() and not served.is_symlink():
+        shutil.rmtree(stack_dir / "rollback", ignore_errors=True)
+        served.rename(stack_dir / "rollback")
+    staged.rename(served)
+    return True
+
+
+def restore(stack_dir: Path, name: str, starts: Path) -> None:
+    """Install record ``name`` as the stack and start it fresh, owing no backoff."""
+    kept = stack_dir / name
+    if not all((kept / file).is_file() and not (kept / file).is_symlink() for file in FILES):
+        raise StackError(f"{stack_dir} holds no record {name} (its compose.yaml and launch.sh): nothing was changed")
+    for file, mode in FILES.items():
+        target = stack_dir / file
+        if target.is_file() and not target.is_symlink():
+            shutil.copy2(target, stack_dir / f"{file}.previous", follow_symlinks=False)
+        write_atomically(target, (kept / file).read_text(), mode)
+    starts.unlink(missing_ok=True)
+    compose = ["docker", "compose", "--project-directory", str(stack_dir), "-f", str(stack_dir / "compose.yaml"),
+               "up", "-d", "--force-recreate", "--remove-orphans", "--timeout", str(STOP_TIMEOUT)]
+    if subprocess.run(compose).returncode != 0:
+        raise StackError(f"`{' '.join(compose)}` failed: see its output above")
+
+
+def main(argv: list[str], prog: str) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__.split("\n\n")[0])
+    commands = parser.add_subparsers(dest="command", required=True)
+    kept = commands.add_parser("record", help="record the stack as the state that serves")
+    kept.add_argument("--stack-dir", type=Path, required=True)
+    kept.add_argument("--state", type=json.loads, required=True, help="what the node records of the state (JSON)")
+    back = commands.add_parser("restore", help="install a record as the stack and start it fresh")
+    back.add_argument("--stack-dir", type=Path, required=True)
+    back.add_argument("--record", required=True, choices=("served", "rollback"))
+    back.add_argument("--starts", type=Path, required=True, help="the watchdog's backoff record, forgotten")
+    args = parser.parse_args(argv)
+    try:
+        stack_dir = claimed(args.stack_dir)
+        if args.command == "record":
+            record(stack_dir, args.state)
+        else:
+            restore(stack_dir, args.record, args.starts)
+    except (StackError, OSError) as error:
+        print(f"stack {args.command}: {error}", file=sys.stderr)
+        sys.exit(1)
