@@ -3,6 +3,7 @@ for the programs that need a node (docker, chown) and the real helpers for the r
 
 import json
 import os
+import pwd
 import shutil
 import subprocess
 import sys
@@ -27,6 +28,8 @@ with open(os.environ["RECORD"], "a") as record:
 HUB_MODEL = Model("x", "auto", repo="org/model", revision="0" * 40)
 IMAGE = Image("dual-spark/x:1", ["auto"], "/opt/env/bin/python", "vllm", {})
 NO_CONTAINER = {"mounts": [], "env": {}}
+# The deploy user of the fetch and copy tests: this test's own, whose directories the claim checks trust.
+ME = pwd.getpwuid(os.getuid()).pw_name
 
 
 def run(command, tmp_path: Path, *stand_ins: str) -> tuple[subprocess.CompletedProcess, list[list[str]]]:
@@ -43,7 +46,7 @@ def run(command, tmp_path: Path, *stand_ins: str) -> tuple[subprocess.CompletedP
 
 
 # sudo -n -u USER CMD... as the commands use it: recorded, then CMD run (as this test's user: the
-# deploy user of these tests); getent passwd spark: the deploy user's home is $HOME_OF_SPARK.
+# deploy user of these tests); getent passwd ME: the deploy user's home is $HOME_OF_SPARK.
 AS_USER = f"""#!{sys.executable}
 import json, os, sys
 args = sys.argv[1:]
@@ -53,8 +56,8 @@ while args[0] in ("-n", "-u"):
     args = args[1:] if args[0] == "-n" else args[2:]
 os.execvp(args[0], args)
 """
-GETENT = """#!/bin/sh
-[ "$1 $2" = "passwd spark" ] && echo "spark:x:1000:1000::$HOME_OF_SPARK:/bin/sh"
+GETENT = f"""#!/bin/sh
+[ "$1 $2" = "passwd {ME}" ] && echo "{ME}:x:1000:1000::$HOME_OF_SPARK:/bin/sh"
 """
 
 
@@ -85,7 +88,7 @@ ROOM = ["spark-head=1099511627776:0", "spark-worker=1099511627776:0"]  # a TiB f
 def hub_fetch(store: Path, token_file: str, container: dict = NO_CONTAINER):
     """The fetch of HUB_MODEL into its directory of the store; the command, and that directory."""
     entry = store_entry(str(store), HUB_MODEL.source)
-    return fetch(HUB_MODEL, "spark", paths("/s", entry), str(store), entry, IMAGE, "http://hub", token_file, container, ROOM).args[0], entry
+    return fetch(HUB_MODEL, ME, paths("/s", entry), str(store), entry, IMAGE, "http://hub", token_file, container, ROOM).args[0], entry
 
 
 def test_a_hub_token_path_with_spaces_reaches_docker_as_one_argument(tmp_path):
@@ -98,15 +101,15 @@ def test_a_hub_token_path_with_spaces_reaches_docker_as_one_argument(tmp_path):
     result, calls = on_the_head(command, tmp_path, home, "docker", "chown")
     assert result.returncode == 0, result.stderr
     assert [call[0] for call in calls] == ["sudo", "sudo", "docker", "chown"]
-    assert calls[0][:4] == ["sudo", "-n", "-u", "spark"]  # the token is checked and made 600 by its user, not root
-    assert calls[1][:6] == ["sudo", "-n", "-u", "spark", "sh", "-c"]  # the store's directory made by its user
+    assert calls[0][:4] == ["sudo", "-n", "-u", ME]  # the token is checked and made 600 by its user, not root
+    assert calls[1][:6] == ["sudo", "-n", "-u", ME, "sh", "-c"]  # the store's directory made by its user
     assert Path(entry, ".dual-spark-managed").is_file()  # and marked
     docker = calls[2]
     assert docker[docker.index(f"{token}:/run/secrets/hf_token:ro") - 1] == "-v"
     assert f"{entry}:/model" in docker and "hf_secret" not in json.dumps(calls)
     assert docker[docker.index("--room") + 1] == ROOM[0] and docker[docker.index("--store") + 1] == str(tmp_path / "model dir")
     assert oct(token.stat().st_mode & 0o777) == "0o600"
-    assert calls[3] == ["chown", "-R", "spark:", entry]  # the container wrote as root: given back, in the same command
+    assert calls[3] == ["chown", "-R", f"{ME}:", entry]  # the container wrote as root: given back, in the same command
 
 
 def test_without_a_token_file_docker_gets_no_token_mount(tmp_path):
@@ -150,8 +153,8 @@ def test_a_token_that_is_a_link_is_refused_never_mounted_and_what_it_names_untou
     command, _ = hub_fetch(claimed_dir(tmp_path / "model"), "~/.cache/token")
     result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
     assert result.returncode == 1
-    assert "hf_token_file = ~/.cache/token is a symbolic link, not a regular file, or not owned by spark" in result.stderr
-    assert "Fix: as spark, replace it with the token itself" in result.stderr
+    assert f"hf_token_file = ~/.cache/token is a symbolic link, not a regular file, or not owned by {ME}" in result.stderr
+    assert f"Fix: as {ME}, replace it with the token itself" in result.stderr
     assert [call[0] for call in calls] == ["sudo"]  # no docker, no chown
     assert oct(secret.stat().st_mode & 0o777) == "0o640" and "$6$hash" not in result.stdout + result.stderr
 
@@ -197,7 +200,7 @@ def copying(tmp_path: Path, model_dir: Path, config: bool = True, rooms: list[st
     archive.write_bytes(programs.built())
     entry = store_entry(str(model_dir), {"path": str(source)})
     where = {**paths("/s", entry), "programs": str(archive)}
-    return fetch(Model("x", "auto", path=str(source)), "spark", where, str(model_dir), entry, IMAGE, "http://hub", "~/t",
+    return fetch(Model("x", "auto", path=str(source)), ME, where, str(model_dir), entry, IMAGE, "http://hub", "~/t",
                  NO_CONTAINER, rooms).args[0]
 
 
@@ -223,10 +226,10 @@ def test_copying_checks_the_source_as_the_deploy_user_then_copies_as_that_user(t
     assert result.returncode == 0, result.stderr
     source = tmp_path / "source"
     entry = store_entry(str(model_dir), {"path": str(source)})
-    assert calls[0] == ["sudo", "-n", "-u", "spark", "test", "-f", f"{source}/config.json"]
-    assert calls[1][:4] + calls[1][5:8] == ["sudo", "-n", "-u", "spark", str(tmp_path / "dual-spark.pyz"), "sync", "room"]  # room first
-    assert calls[2][:6] == ["sudo", "-n", "-u", "spark", "sh", "-c"] and Path(entry, ".dual-spark-managed").is_file()
-    assert calls[3:] == [["sudo", "-n", "-u", "spark", "rsync", "-a", "--delete", "--exclude", "/.dual-spark-*", "--info=progress2",
+    assert calls[0] == ["sudo", "-n", "-u", ME, "test", "-f", f"{source}/config.json"]
+    assert calls[1][:4] + calls[1][5:8] == ["sudo", "-n", "-u", ME, str(tmp_path / "dual-spark.pyz"), "sync", "room"]  # room first
+    assert calls[2][:6] == ["sudo", "-n", "-u", ME, "sh", "-c"] and Path(entry, ".dual-spark-managed").is_file()
+    assert calls[3:] == [["sudo", "-n", "-u", ME, "rsync", "-a", "--delete", "--exclude", "/.dual-spark-*", "--info=progress2",
                           "--no-inc-recursive", f"{source}/", f"{entry}/"],
                          ["rsync", "-a", "--delete", "--exclude", "/.dual-spark-*", "--info=progress2", "--no-inc-recursive",
                           f"{source}/", f"{entry}/"]]  # and no chown: the store's directory is the user's already
@@ -237,8 +240,8 @@ def test_a_source_that_is_no_model_directory_is_refused_before_a_byte_moves(tmp_
     model_dir = claimed_dir(tmp_path / "model")
     result, calls = on_the_head(copying(tmp_path, model_dir, config=False), tmp_path, tmp_path, "rsync", "chown")
     assert result.returncode == 1
-    assert f"model.path = {tmp_path / 'source'} is not a model directory spark may read (no config.json there" in result.stderr
-    assert [call[1:5] for call in calls] == [["-n", "-u", "spark", "test"]] and sorted(p.name for p in model_dir.iterdir()) == [
+    assert f"model.path = {tmp_path / 'source'} is not a model directory {ME} may read (no config.json there" in result.stderr
+    assert [call[1:5] for call in calls] == [["-n", "-u", ME, "test"]] and sorted(p.name for p in model_dir.iterdir()) == [
         ".dual-spark-managed"]
 
 

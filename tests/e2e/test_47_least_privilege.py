@@ -190,7 +190,7 @@ def test_another_local_user_gets_no_way_in(converged, tmp_path):
         assert limits.read_text() == shipped
         assert snapshot_of(HEAD, ["/run/dual-spark/upload"]) == [f"/run/dual-spark/upload 700 {DEPLOY_USER} directory"]
         assert snapshot_of(HEAD, [planted, SHARED, f"{SHARED}/{MANAGED_MARKER}", f"{SHARED}/notes"]) == theirs
-        assert len(theirs) == 7 and in_node(HEAD.dir, "cat", planted, capture_output=True, text=True).stdout == "theirs\n"
+        assert len(theirs) == 7 and in_node(HEAD.dir, "cat", planted, capture_output=True).stdout == "theirs\n"
     finally:
         sh(HEAD, f"rm -rf {planted} {SHARED}")
         if the_deploys_own(WORKER, SHARED):  # the worker made its own, marked, in the step that refused on the head
@@ -201,4 +201,4 @@ def snapshot_of(node, paths: list[str]) -> list[str]:
     """Each path's mode, owner and kind, read inside the node (its own /tmp and /run), and a
     file's SHA-256."""
     script = 'for p; do stat -c "%n %a %U %F" -- "$p"; if [ -f "$p" ]; then sha256sum -- "$p"; fi; done'
-    return in_node(node.dir, "sh", "-c", script, "-", *paths, capture_output=True, text=True).stdout.splitlines()
+    return in_node(node.dir, "sh", "-c", script, "-", *paths, capture_output=True).stdout.splitlines()
