@@ -43,7 +43,7 @@ IN_CONTAINER = {
     "model": "/model",
 }
 
-# The `vllm serve` flags the deploy sets itself (operations/serving.py: vllm_args), each with the
+# The `vllm serve` flags the deploy sets itself (operations/stack.py: vllm_args), each with the
 # setting that governs it: a site's vllm_extra_args may not set one again (site_schema.py), and
 # tests/test_layout.py holds this table to what vllm_args writes.
 VLLM_FLAGS = {

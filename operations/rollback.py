@@ -8,9 +8,10 @@ from pyinfra.api import FunctionCommand, OperationError, operation
 
 from facts.serving import RecordFiles
 from layout import LABELS
+from operations.handover import own, probe, read_cluster, recording, served_or_rolled_back, starts, way_back
 from operations.peer import acts_here, reachable, read_all
 from operations.render import show_diff
-from operations.serving import StackSettings, own, probe, read_cluster, recording, served_or_rolled_back, starts, way_back
+from operations.stack import StackSettings
 from states import cluster_state
 
 STACK_LABEL = f"{LABELS['stack']}: "  # the line of compose.yaml naming its stack hash

@@ -12,7 +12,7 @@ still names the newer state: the next deploy returns to it; to stay, change the 
 from pyinfra import host
 
 from operations.rollback import rolled_back
-from operations.serving import stack_settings
+from operations.stack import stack_settings
 
 cluster = host.data.cluster
 

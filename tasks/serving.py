@@ -11,7 +11,8 @@ keeps only what a stack file names (the stacks in place, and the recorded states
 from pyinfra import host
 
 from layout import store_entry
-from operations.serving import head_stopped_for_change, stack_settings, stack_up
+from operations.serving import head_stopped_for_change, stack_up
+from operations.stack import stack_settings
 from operations.store import store_pruned
 
 cluster = host.data.cluster

@@ -108,7 +108,7 @@ def test_every_configuration_file_the_deploy_writes_carries_its_header():
 def test_the_deploys_own_vllm_flags_are_what_vllm_args_writes():
     """VLLM_FLAGS (what a site's vllm_extra_args may not set again) is every flag vllm_args puts on
     the head's and a worker's command line, for profiles with and without prefix caching."""
-    from operations.serving import stack_settings, vllm_args
+    from operations.stack import stack_settings, vllm_args
     from site_schema import vllm_flag
 
     written = set()

@@ -13,7 +13,7 @@ import pytest
 
 from layout import MANAGED_MARKER
 from operations.records import record, restore
-from operations.serving import stack_settings
+from operations.stack import stack_settings
 from site_config import load_site
 from states import cluster_state, described, state_of
 from tests.programs import ARCHIVE

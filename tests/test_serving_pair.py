@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from operations.serving import desired, stack_settings, vllm_args
+from operations.stack import desired, stack_settings, vllm_args
 from site_config import load_site
 
 PAIR = Path(__file__).parent / "pair"

@@ -15,7 +15,7 @@ from pyinfra.api import StringCommand
 from pyinfra.connectors.util import CommandOutput, OutputLine
 from pyinfra.context import ctx_inventory, ctx_state
 
-from operations.serving import PROBE_SLICE, failed_starts, first_token
+from operations.handover import PROBE_SLICE, failed_starts, first_token
 from tests.fake_host import FakeHost, FakeInventory, fake_hosts, load
 
 FIXTURE = Path(__file__).parent / "operations/status.status/worker_stopped.json"

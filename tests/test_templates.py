@@ -93,7 +93,7 @@ def test_netplan_generate_rejects_what_it_should(tmp_path):
 
 def head_stack():
     """The head's stack settings of the pair."""
-    from operations.serving import stack_settings
+    from operations.stack import stack_settings
 
     return stack_settings(site("pair"), "spark-head")
 
@@ -101,7 +101,7 @@ def head_stack():
 def test_compose_is_serialised_so_no_value_becomes_yaml():
     """Values a site hands over land as values: a newline and YAML in an env value or a mount
     add no service key, no volume, and read back exactly as written."""
-    from operations.serving import compose_file, environment
+    from operations.stack import compose_file, environment
 
     hostile = "1\n    pid: host\n    cap_add: [ALL]\n#"
     settings = dataclasses.replace(head_stack(), container_env={"X": hostile}, mounts=["/opt/a b\n      - /:/host"])
@@ -116,7 +116,7 @@ def test_compose_is_serialised_so_no_value_becomes_yaml():
 def test_a_dollar_in_an_environment_value_reaches_the_container_as_written():
     """compose interpolates $NAME and ${NAME} in its file: each $ is written $$ (compose's escape),
     so the container sees the value the site gave."""
-    from operations.serving import compose_file, environment
+    from operations.stack import compose_file, environment
 
     settings = dataclasses.replace(head_stack(), container_env={"X": "a$HOME${PATH}$$"})
     service = yaml.safe_load(compose_file(settings, environment(settings, 3), "abc", "def"))["services"]["vllm"]

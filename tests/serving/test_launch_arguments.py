@@ -10,7 +10,7 @@ import pytest
 
 from lab.config import LAB_DIR, lab_nodes
 from lab.site import render
-from operations.serving import stack_settings, vllm_args
+from operations.stack import stack_settings, vllm_args
 from site_config import load_site
 from tests.serving.conftest import VLLM_PYTHON
 

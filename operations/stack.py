@@ -1,0 +1,255 @@
+"""What a node's serving stack is, as pure functions of the site: vLLM's arguments, the stack's
+settings for one node, its compose file (as data) and launch script, and the docker compose
+commands that act on it. operations/serving.py installs and starts it; operations/handover.py
+waits for it to serve and finds the way back."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+
+import yaml
+from pyinfra import host
+from pyinfra.api import OperationError, QuoteString, StringCommand
+
+from cluster import Cluster, Image, Model, Profile
+from facts.fabric import roce_v2_gid_index
+from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, STOP_TIMEOUT, paths, smoke_marker, store_entry
+from operations.render import render
+from programs import digest
+
+FILES = ("compose.yaml", "launch.sh")
+# A profile's keys that vLLM's --speculative-config takes as these SpeculativeConfig fields, only
+# when the profile sets them (the image must have the field: image_supports).
+SPECULATIVE_FIELDS = {"speculative_schedule": "num_speculative_tokens_per_batch_size",
+                      "adaptive_verification": "enable_adaptive_verification"}
+
+
+def vllm_args(settings: StackSettings) -> list[str]:
+    """The `vllm serve` arguments of one node (FACTS.md's launch line), from its stack settings."""
+    profile, model = settings.profile, settings.model
+    head = settings.role == "head"
+    args = [IN_CONTAINER["model"], "--served-model-name", model.served_name]
+    if head:
+        args += ["--host", settings.api_host, "--port", str(settings.api_port)]
+    args += [
+        "--trust-remote-code", "--tensor-parallel-size", str(settings.tensor_parallel),
+        "--pipeline-parallel-size", str(settings.pipeline_parallel),
+        "--kv-cache-dtype", profile.kv_cache_dtype, "--block-size", str(settings.block_size),
+        "--max-model-len", str(profile.max_model_len), "--max-num-seqs", str(profile.max_num_seqs),
+        "--max-num-batched-tokens", str(profile.max_num_batched_tokens),
+        "--gpu-memory-utilization", str(profile.gpu_memory_utilization),
+        "--enable-prefix-caching" if profile.prefix_caching else "--no-enable-prefix-caching",
+    ]
+    if profile.speculative_tokens:
+        speculative = {"method": settings.speculative_method, "num_speculative_tokens": profile.speculative_tokens}
+        for key, field in SPECULATIVE_FIELDS.items():
+            if getattr(profile, key) is not None:
+                speculative[field] = getattr(profile, key)
+        speculative.update(settings.speculative_options)
+        args += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
+    args += ["--tokenizer-mode", model.tokenizer_mode, "--distributed-executor-backend", "mp"]
+    if model.tool_call_parser:
+        args += ["--tool-call-parser", model.tool_call_parser, "--enable-auto-tool-choice"]
+    if model.reasoning_parser:
+        args += ["--reasoning-parser", model.reasoning_parser]
+    args += [
+        "--default-chat-template-kwargs", json.dumps({"thinking": profile.thinking}, separators=(",", ":")),
+        "--generation-config", "vllm",
+        "--override-generation-config", json.dumps(settings.generation_config, separators=(",", ":")),
+    ]
+    if profile.flashinfer_autotune:
+        args.append("--enable-flashinfer-autotune")
+    args += ["--nnodes", str(settings.nodes), "--node-rank", str(settings.rank), "--master-addr", settings.master_addr,
+             "--master-port", str(settings.master_port)]
+    if not head:
+        args.append("--headless")
+    return args + list(settings.vllm_extra_args)
+
+
+@dataclass(frozen=True)
+class StackSettings:
+    """What one node's stack is made of: its place in the cluster, what it serves, and the
+    settings and paths its compose file and launch script render (``stack_settings``)."""
+
+    hostname: str
+    rank: int
+    role: str
+    nodes: int
+    tensor_parallel: int
+    pipeline_parallel: int
+    profile_name: str
+    profile: Profile
+    model: Model
+    image: Image
+    rails: list[dict]  # Rail.as_data() of each rail, rail 0 first
+    master_addr: str
+    worker_addresses: list[str]
+    watchdog_port: int
+    ready_timeout: int
+    python: str
+    programs: str
+    restarts_dir: str
+    api_host: str
+    api_port: int
+    master_port: int
+    block_size: int
+    speculative_method: str
+    speculative_options: dict
+    generation_config: dict
+    vllm_extra_args: list[str]
+    serving_env: dict[str, str]
+    gpus: str
+    devices: list[str]
+    ulimits: dict[str, int]
+    mounts: list[str]
+    container_env: dict[str, str]
+    model_dir: str
+    stack_dir: str
+    api_key_file: str
+    deploy_user: str
+    manifest: str
+    smoke_marker: str
+
+
+def stack_settings(cluster: Cluster, hostname: str) -> StackSettings:
+    """One node's stack settings, from the cluster."""
+    node, settings = cluster.node(hostname), cluster.settings
+    model_dir = store_entry(settings.model_dir, cluster.model.source)  # the model's own directory of the store
+    where = paths(settings.state_dir, model_dir)
+    return StackSettings(
+        hostname=hostname, rank=node.rank, role=node.role, nodes=cluster.size,
+        tensor_parallel=cluster.tensor_parallel, pipeline_parallel=cluster.pipeline_parallel,
+        profile_name=cluster.profile_name, profile=cluster.profile, model=cluster.model,
+        image=cluster.image, rails=node.rail_data, master_addr=cluster.master_addr,
+        worker_addresses=[str(worker.rails[0].address.ip) for worker in cluster.workers],
+        watchdog_port=settings.watchdog_port, ready_timeout=settings.serving_ready_timeout,
+        python=cluster.image.python, programs=where["programs"], restarts_dir=where["serving"],
+        api_host=settings.api_host, api_port=settings.api_port, master_port=settings.master_port,
+        block_size=settings.block_size, speculative_method=settings.speculative_method,
+        speculative_options=settings.speculative_options, generation_config=settings.generation_config,
+        vllm_extra_args=settings.vllm_extra_args, serving_env=settings.serving_env,
+        gpus=settings.container_gpus, devices=settings.container_devices, ulimits=settings.container_ulimits,
+        mounts=settings.container_mounts, container_env=settings.container_env, model_dir=model_dir,
+        stack_dir=settings.stack_dir, api_key_file=where["api_key"],
+        deploy_user=cluster.deploy_user, manifest=where["manifest"],
+        smoke_marker=smoke_marker(settings.state_dir, cluster.image.tag),
+    )
+
+
+def state_arguments(settings: StackSettings) -> dict:
+    """ServingState's arguments: the same on every node (the manifest exists on the head only)."""
+    return {"stack_dir": settings.stack_dir, "key_file": settings.api_key_file, "model_record": settings.manifest}
+
+
+@dataclass(frozen=True)
+class Stack:
+    compose: str
+    launch: str
+    hash: str
+
+
+def gid_index(settings: StackSettings, reading: dict) -> int | str:
+    """NCCL_IB_GID_INDEX: the RoCE v2 GID of rail 0's address as this node has it (or the
+    site's pin); never a constant, since the table's order differs between machines. Before the
+    changes run (--dry, the diff shown before asking) a node whose rail has no address yet shows
+    what will be read."""
+    rail = settings.rails[0]
+    if rail["gid_index"] != "auto":
+        return rail["gid_index"]
+    found = roce_v2_gid_index(reading["rdma"]["devices"], rail["rdma"], rail["address"])
+    if found is None and not host.state.is_executing:
+        return f"the RoCE v2 GID of {rail['address']} on {rail['rdma']}, read once the rail has that address"
+    if found is None:
+        raise OperationError(f"no RoCE v2 GID for {rail['address']} on {rail['rdma']}: NCCL could not use the rail. "
+                             "Fix: see the rail's rows in `pyinfra inventory.py tasks/verify.py` (link, address).")
+    return found
+
+
+def environment(settings: StackSettings, gid: int) -> dict[str, str]:
+    rails = settings.rails
+    own = {
+        "VLLM_HOST_IP": rails[0]["address"],
+        "NCCL_SOCKET_IFNAME": rails[0]["netdev"],
+        "GLOO_SOCKET_IFNAME": rails[0]["netdev"],
+        "TP_SOCKET_IFNAME": rails[0]["netdev"],
+        "NCCL_IB_HCA": ",".join(rail["rdma"] for rail in rails),
+        "NCCL_IB_GID_INDEX": str(gid),
+    }
+    return {**own, **settings.serving_env, **settings.image.env, **settings.profile.env, **settings.container_env}
+
+
+def compose_stack(settings: StackSettings, env: dict[str, str], stack_hash: str, model_digest: str) -> dict:
+    """The node's compose stack as data: every value a site gives lands as a value, never as YAML."""
+    role, profile = settings.role, settings.profile
+    service = {
+        "image": settings.image.tag, "pull_policy": "never", "container_name": CONTAINER,
+        "restart": "unless-stopped", "init": True, "network_mode": "host", "ipc": "host", "shm_size": "64gb",
+        "privileged": profile.privileged,
+    }
+    if settings.gpus:
+        service["gpus"] = int(settings.gpus) if settings.gpus.isdigit() else settings.gpus
+    if settings.devices:
+        service["devices"] = [f"{device}:{device}" for device in settings.devices]
+    service["ulimits"] = dict(settings.ulimits)
+    service["labels"] = {LABELS["role"]: role, LABELS["profile"]: settings.profile_name,
+                         LABELS["model"]: model_digest, LABELS["stack"]: stack_hash}
+    inside = IN_CONTAINER
+    service["volumes"] = [
+        f"{settings.model_dir}:{inside['model']}:ro", f"./launch.sh:{inside['launch']}:ro",
+        f"{settings.programs}:{inside['programs']}:ro",
+        f"{settings.restarts_dir}:{inside['state']}",
+        *([f"{settings.api_key_file}:{inside['api_key']}:ro"] if role == "head" else []),
+        *(f"{path}:{path}:ro" for path in settings.mounts),
+    ]
+    service["environment"] = {name: value.replace("$", "$$") for name, value in env.items()}  # compose reads $ as its own
+    service["entrypoint"] = [inside["launch"]]
+    service["healthcheck"] = {
+        "test": ["CMD", settings.python, inside["programs"], "watchdog", "check", "--ip", settings.rails[0]["address"],
+                 "--port", str(settings.watchdog_port)],
+        "interval": "15s", "timeout": "10s", "retries": 3,
+    }
+    return {"name": COMPOSE_PROJECT, "services": {"vllm": service}}
+
+
+def compose_file(settings: StackSettings, env: dict[str, str], stack_hash: str, model_digest: str) -> str:
+    """compose.yaml: a managed-file header, then the stack serialised by a YAML library and read
+    back to prove it says what was meant."""
+    stack = compose_stack(settings, env, stack_hash, model_digest)
+    text = render("serving/compose-header.yaml.j2", **vars(settings)) + yaml.safe_dump(stack, sort_keys=False, width=10**6)
+    if yaml.safe_load(text) != stack:
+        raise OperationError(f"{settings.stack_dir}/compose.yaml would not read back as the stack meant: refusing to write it")
+    return text
+
+
+def desired(settings: StackSettings, gid: int, model_digest: str | None) -> Stack:
+    """The node's compose file and launch script; the stack hash names both (a container label).
+    The launch script names the watchdog's version: a new watchdog restarts the cluster."""
+    launch = render("serving/launch.sh.j2", **vars(settings), command=[settings.image.vllm, "serve"] + vllm_args(settings),
+                    watchdog_digest=digest("watchdog.py")[:16])
+
+    def compose(stack_hash: str) -> str:
+        return compose_file(settings, environment(settings, gid), stack_hash, (model_digest or "none")[:12])
+
+    stack_hash = hashlib.sha256((compose("") + launch).encode()).hexdigest()[:16]
+    return Stack(compose(stack_hash), launch, stack_hash)
+
+
+def in_place(stack: Stack, reading: dict | None) -> bool:
+    """The node has these files and runs a container made from them."""
+    if reading is None:
+        return False
+    container = reading["container"]
+    return (reading["compose"] == stack.compose.splitlines() and reading["launch"] == stack.launch.splitlines()
+            and container is not None and container["status"] == "running" and container["stack"] == stack.hash)
+
+
+def compose(stack_dir: str, *args: str) -> StringCommand:
+    return StringCommand("docker", "compose", "--project-directory", QuoteString(stack_dir), "-f",
+                         QuoteString(f"{stack_dir}/compose.yaml"), *args)
+
+
+def stop(stack_dir: str) -> StringCommand:
+    """Stop the node's stack, waiting STOP_TIMEOUT seconds (not Docker's 10) before killing vLLM."""
+    return compose(stack_dir, "stop", "--timeout", str(STOP_TIMEOUT))
