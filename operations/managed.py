@@ -15,7 +15,6 @@ from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.api.util import get_file_sha256
 from pyinfra.facts.files import FileContents
-from pyinfra.operations import files
 
 from cluster import Cluster
 from facts.host_prep import ArchiveFiles, FileInfo, ManagedPaths
@@ -23,7 +22,7 @@ from layout import MANAGED_HEADER, paths
 from operations.own import NAMES, Claim, claim_command, deploy_directories, plan, reading_paths
 from operations.readings import Reading, plans, read
 from operations.render import show_diff, show_line
-from operations.upload import private, upload
+from operations.upload import upload
 
 
 @plans
@@ -47,25 +46,45 @@ def refuse_theirs(path: str, lines: list[str] | None, owner: str | None, field: 
 
 
 def file_differs(src: str | IO[bytes], mode: str, info: FileInfo | None) -> bool:
+    """Whether the node's file (``info``) is not ``src`` (a local path or bytes), root's, with ``mode``."""
     return (info is None or info["kind"] != "file" or info["sha256"] != get_file_sha256(src)
             or info["mode"] != mode or info["owner"] != "root:root")
 
 
+def text_of(src: str | IO[bytes]) -> str:
+    if isinstance(src, str):
+        return Path(src).read_text()
+    src.seek(0)
+    return src.read().decode()
+
+
+def put_config(dest: str, src: str | IO[bytes], mode: str, info: FileInfo | None, field: str | None = None) -> list:
+    """The commands that make ``dest`` the configuration file ``src`` (a local path or bytes),
+    root's with ``mode``, through the private upload directory; its full diff shown. A file there
+    the deploy did not write is refused (``refuse_theirs``) before any command is given."""
+    text, exists = text_of(src), info is not None and info["kind"] == "file"
+    if info is not None and info["kind"] not in ("file", "absent"):
+        refuse_theirs(dest, [], info["owner"], field)  # a directory or a link where the file goes
+    if exists and info["sha256"] == get_file_sha256(src):  # the deploy's text: only its owner or mode differ
+        refuse_theirs(dest, text.splitlines(), info["owner"], field)
+        show_line(f"Will set {dest} to root:root, mode {mode} (now {info['owner']}, mode {info['mode']})")
+        commands = []
+    else:
+        current = host.get_fact(FileContents, path=dest) if exists else None
+        refuse_theirs(dest, current, info["owner"] if exists else None, field)
+        show_diff(dest, current, text)
+        commands = [] if exists else [StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(dest)))]
+        commands += upload(src, dest)
+    return commands + [StringCommand("chown", "root:root", QuoteString(dest)), StringCommand("chmod", mode, QuoteString(dest))]
+
+
 def put_changed(entries: list[tuple[str, str, str, str]], current: dict[str, FileInfo]):
-    """pyinfra's files.put (root-owned, its full diff shown) for each configuration file
-    (source, destination, mode, the site field naming it) that differs; one the deploy did not
-    write refused (``refuse_theirs``) before any is put."""
-    changed = [entry for entry in entries if file_differs(entry[0], entry[2], current.get(entry[1]))]
-    for src, dest, _, field in changed:
-        info = current.get(dest)
-        if info is None or info["kind"] == "absent":
-            continue
-        if info["kind"] == "file" and info["sha256"] == get_file_sha256(src):  # the deploy's text, only its owner or mode differ
-            refuse_theirs(dest, Path(src).read_text().splitlines(), info["owner"], field)
-        else:
-            refuse_theirs(dest, host.get_fact(FileContents, path=dest) if info["kind"] == "file" else [], info["owner"], field)
-    for src, dest, mode, _ in changed:
-        yield from private(files.put._inner(src=src, dest=dest, user="root", group="root", mode=mode, create_remote_dir=True))
+    """``put_config`` for each configuration file (source, destination, mode, the site field
+    naming it) that differs; one the deploy did not write refused before any is put."""
+    changed = [(src, dest, mode, field) for src, dest, mode, field in entries if file_differs(src, mode, current.get(dest))]
+    commands = [put_config(dest, src, mode, current.get(dest), field) for src, dest, mode, field in changed]
+    for each in commands:
+        yield from each
 
 
 def program_files(src: str | IO[bytes]) -> dict[str, str]:

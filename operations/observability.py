@@ -39,7 +39,7 @@ from layout import (
     UNITS,
     paths,
 )
-from operations.managed import refuse_theirs
+from operations.managed import file_differs, put_config
 from operations.own import claimed
 from operations.peer import acts_here
 from operations.readings import Reading, plans, read
@@ -190,28 +190,8 @@ def readings(cluster: Cluster, name: str) -> list[Reading]:
 
 
 def differs(text: str, info: dict | None) -> bool:
-    return (info is None or info["kind"] != "file" or info["sha256"] != hashlib.sha256(text.encode()).hexdigest()
-            or info["mode"] != "644" or info["owner"] != "root:root")
-
-
-def put_text(path: str, text: str, info: dict | None):
-    """Upload ``text`` to ``path`` (root's, mode 644), its full diff shown first; a file there the
-    deploy did not write is refused (``refuse_theirs``)."""
-    exists = info is not None and info["kind"] == "file"
-    if info is not None and info["kind"] not in ("file", "absent"):
-        refuse_theirs(path, [], info["owner"])  # a directory or a link where the file goes
-    if exists and info["sha256"] == hashlib.sha256(text.encode()).hexdigest():
-        refuse_theirs(path, text.splitlines(), info["owner"])
-        show_line(f"Will set {path} to root:root, mode 644 (now {info['owner']}, mode {info['mode']})")
-    else:
-        current = host.get_fact(FileContents, path=path) if exists else None
-        refuse_theirs(path, current, info["owner"] if exists else None)
-        show_diff(path, current if host.state.config.DIFF else None, text)
-        if not exists:
-            yield StringCommand("mkdir", "-p", QuoteString(posixpath.dirname(path)))
-        yield from upload(BytesIO(text.encode()), path)
-    yield StringCommand("chown", "root:root", QuoteString(path))
-    yield StringCommand("chmod", "644", QuoteString(path))
+    """Whether the node's file (``info``) is not ``text``, root's, mode 644 (managed.file_differs)."""
+    return file_differs(BytesIO(text.encode()), "644", info)
 
 
 def show_changed(path: str, text: str, info: dict | None, content: str | None, full: bool) -> None:
@@ -271,7 +251,7 @@ def exporters_running(settings: ObservabilitySettings):
     files = reading["files"]["files"]
     units = {UNITS["node_exporter"]: UNIT_FILES["node_exporter"], UNITS["collector"]: UNIT_FILES["collector"]}
     changed = {unit: path for unit, path in units.items() if differs(settings.files[path], files.get(path))}
-    commands = [command for path in changed.values() for command in put_text(path, settings.files[path], files.get(path))]
+    commands = [command for path in changed.values() for command in put_config(path, BytesIO(settings.files[path].encode()), "644", files.get(path))]
     new = list(installed(reading, settings.role, ["prometheus-node-exporter"]))
     commands += new
     if changed:
@@ -317,7 +297,7 @@ def prometheus_running(settings: ObservabilitySettings):
     commands = []
     dropin_changed = differs(settings.files[dropin], files.get(dropin))
     if dropin_changed:
-        commands += put_text(dropin, settings.files[dropin], files.get(dropin))
+        commands += put_config(dropin, BytesIO(settings.files[dropin].encode()), "644", files.get(dropin))
     config_changed = [path for path in configs if differs(settings.files[path], files.get(path))]
     for path in config_changed:
         show_changed(path, settings.files[path], files.get(path), "the deploy's rules" if path.endswith(RULES) else None,
