@@ -9,8 +9,9 @@ With three nodes or more, (c) the copy goes on down the chain as the deploy send
 r+1, from the copy r verified, the head's manifest on its stdin), and the bench reports the bytes each node's
 fabric link carried each way (its rails' counters in /proc/net/dev, before (b) and after the last
 hop: none should carry more than 1.05x the bytes) and the chain's time against (b), one pair's
-copy of the same bytes. Raw JSON in bench/results/. Uses scratch directories under /var/tmp on
-every node, removed after.
+copy of the same bytes. Raw JSON in bench/results/. Its scratch directory on every node is in the
+deploy user's own model store (model_dir/.dual-spark-bench: no name in a shared place like
+/var/tmp that another user could make first), removed after.
 
     python -m bench.replicate [--site site.toml] [--gib 2] [--shard-mib 256] [--streams N]
 """
@@ -31,7 +32,7 @@ from cluster import Cluster, Node
 from layout import SSH_OPTIONS, paths
 
 SCHEMA_VERSION = 2  # 2: "chain" with three nodes or more
-SCRATCH = "/var/tmp/dual-spark-replicate"
+SCRATCH = ".dual-spark-bench"  # in model_dir: the deploy user's own, and the deploy's own files' prefix there
 MIB = 1 << 20
 LINK_BOUND = 1.05  # the most any link may carry, each way, as a multiple of the bytes replicated
 
@@ -86,12 +87,12 @@ def carried(before: dict, after: dict, size: int) -> dict[str, dict]:
     return moved
 
 
-def send(programs: str, user: str, sender: Node, receiver: Node, src: str, manifest: str, streams: int) -> str:
+def send(programs: str, user: str, sender: Node, receiver: Node, src: str, manifest: str, streams: int, scratch: str) -> str:
     """model_sync send from ``sender`` to ``receiver`` into the scratch directory there, as the deploy runs it."""
     return (f"python3 {shlex.quote(programs)} sync send --dir {src} --manifest {manifest} "
             f"--peer {','.join(f'{user}@{rail.address.ip}' for rail in receiver.rails)} "
             f"--local {','.join(str(rail.address.ip) for rail in sender.rails)} "
-            f"--remote-dir {SCRATCH}/sync --remote-state {SCRATCH}/sync-verified.json --remote-script {shlex.quote(programs)} "
+            f"--remote-dir {scratch}/sync --remote-state {scratch}/sync-verified.json --remote-script {shlex.quote(programs)} "
             f"--streams {streams}")
 
 
@@ -109,26 +110,27 @@ def main(cluster: Cluster, gib: float, shard_mib: int, streams: int | None, acce
     streams = streams or settings.replication_streams
     user, head, worker = cluster.deploy_user, cluster.head, cluster.workers[0]
     programs = paths(settings.state_dir, settings.model_dir)["programs"]
+    scratch = f"{settings.model_dir}/{SCRATCH}"  # the site's paths hold no character a shell reads
     shards = max(1, round(gib * 1024 / shard_mib))
-    src, manifest = f"{SCRATCH}/src", f"{SCRATCH}/manifest.json"
+    src, manifest = f"{scratch}/src", f"{scratch}/manifest.json"
     chain = cluster.size > 2
     worker_ssh = f"{user}@{worker.rails[0].address.ip}"
     on_worker = f"ssh {' '.join(SSH_OPTIONS)} {worker_ssh}"
-    pair_send = send(programs, user, head, worker, src, manifest, streams)
+    pair_send = send(programs, user, head, worker, src, manifest, streams, scratch)
     started = datetime.now(UTC)
     with head_of(cluster, accept_new_host_key) as client:
         try:
             click.echo(f"--> {shards} shards of {shard_mib} MiB of random bytes on {head.hostname}")
             for node in cluster.workers[1:]:
-                timed(client, f"{on(user, node)}'rm -rf {SCRATCH} && mkdir -p {SCRATCH}'", f"preparing {node.hostname}")
-            timed(client, f"rm -rf {SCRATCH} && {on_worker} 'rm -rf {SCRATCH} && mkdir -p {SCRATCH}/rsync' && mkdir -p {src} && for i in $(seq -w 1 {shards}); do "
+                timed(client, f"{on(user, node)}'rm -rf {scratch} && mkdir -p {scratch}'", f"preparing {node.hostname}")
+            timed(client, f"rm -rf {scratch} && {on_worker} 'rm -rf {scratch} && mkdir -p {scratch}/rsync' && mkdir -p {src} && for i in $(seq -w 1 {shards}); do "
                           f"head -c {shard_mib * MIB} /dev/urandom > {src}/model-$i-of-{shards}.safetensors; done", "making the shards")
             hashed, _ = timed(client, f"python3 {shlex.quote(programs)} sync manifest --dir {src} --manifest {manifest}", "hashing")
             settle = f"sync && {on_worker} sync"  # each way starts with nothing left to write back
             size = shards * shard_mib * MIB
             click.echo(f"--> (a) rsync -a over SSH to {worker.hostname} at {worker.rails[0].address.ip}")
             timed(client, settle, "sync")
-            rsync_seconds, _ = timed(client, f"rsync -a {src}/ {worker_ssh}:{SCRATCH}/rsync/ && {on_worker} sync", "rsync")
+            rsync_seconds, _ = timed(client, f"rsync -a {src}/ {worker_ssh}:{scratch}/rsync/ && {on_worker} sync", "rsync")
             timed(client, settle, "sync")
             before = links(client, user, cluster) if chain else {}
             click.echo(f"--> (b) model_sync over {len(head.rails)} rail(s), {streams} streams each")
@@ -138,7 +140,7 @@ def main(cluster: Cluster, gib: float, shard_mib: int, streams: int | None, acce
             for receiver in cluster.workers[1:]:
                 sender = cluster.upstream(receiver)
                 click.echo(f"--> (c) model_sync from {sender.hostname} to {receiver.hostname}, from its verified copy")
-                hop = send(programs, user, sender, receiver, f"{SCRATCH}/sync", "-", streams)
+                hop = send(programs, user, sender, receiver, f"{scratch}/sync", "-", streams, scratch)
                 seconds, output = timed(client, f"{on(user, sender)}{shlex.quote(hop)} < {manifest}",
                                         f"model_sync {sender.hostname} -> {receiver.hostname}")
                 hops.append({"from": sender.hostname, "to": receiver.hostname, "seconds": round(seconds, 2),
@@ -148,8 +150,8 @@ def main(cluster: Cluster, gib: float, shard_mib: int, streams: int | None, acce
             rerun = last_json(output)
         finally:
             for node in cluster.workers[1:]:
-                run(client, f"{on(user, node)}rm -rf {SCRATCH}")
-            run(client, f"{on_worker} rm -rf {SCRATCH}; rm -rf {SCRATCH}")
+                run(client, f"{on(user, node)}rm -rf {scratch}")
+            run(client, f"{on_worker} rm -rf {scratch}; rm -rf {scratch}")
     rsync_rate, sync_rate = size / MIB / rsync_seconds, size / MIB / sync_seconds
     record = {
         "schema_version": SCHEMA_VERSION, "started": started.isoformat(), "head": head.hostname, "worker": worker.hostname,

@@ -52,11 +52,11 @@ FOUR = site("four")
 
 def test_the_pairs_send_is_as_before_and_a_worker_sends_from_its_copy():
     head, w1, w2, w3 = FOUR.nodes
-    programs = "/var/lib/dual-spark/bin/dual-spark.pyz"
-    pair = (f"python3 {programs} sync send --dir {SCRATCH}/src --manifest {SCRATCH}/manifest.json --peer spark@10.0.0.2,spark@10.0.1.2 "
-            f"--local 10.0.0.1,10.0.1.1 --remote-dir {SCRATCH}/sync --remote-state {SCRATCH}/sync-verified.json "
+    programs, scratch = "/var/lib/dual-spark/bin/dual-spark.pyz", f"/var/lib/dual-spark/model/{SCRATCH}"
+    pair = (f"python3 {programs} sync send --dir {scratch}/src --manifest {scratch}/manifest.json --peer spark@10.0.0.2,spark@10.0.1.2 "
+            f"--local 10.0.0.1,10.0.1.1 --remote-dir {scratch}/sync --remote-state {scratch}/sync-verified.json "
             f"--remote-script {programs} --streams 4")
-    assert send(programs, "spark", head, w1, f"{SCRATCH}/src", f"{SCRATCH}/manifest.json", 4) == pair
-    hop = send(programs, "spark", w2, w3, f"{SCRATCH}/sync", "-", 4)
-    assert hop.startswith(f"python3 {programs} sync send --dir {SCRATCH}/sync --manifest - ")
+    assert send(programs, "spark", head, w1, f"{scratch}/src", f"{scratch}/manifest.json", 4, scratch) == pair
+    hop = send(programs, "spark", w2, w3, f"{scratch}/sync", "-", 4, scratch)
+    assert hop.startswith(f"python3 {programs} sync send --dir {scratch}/sync --manifest - ")
     assert "--peer spark@10.0.0.4,spark@10.0.1.4 --local 10.0.0.3,10.0.1.3 " in hop

@@ -98,7 +98,7 @@ def test_the_replication_benchmark_compares_with_rsync_and_moves_nothing_again(c
     assert set(record["model_sync"]["bytes_by_rail"]) == {"10.0.0.2", "10.0.1.2"}  # both rails carried shards
     assert record["rerun_bytes_moved"] == 0 and record["speedup_vs_rsync_ssh"] > 0
     assert re.search(r"speedup: [\d.]+x", result.stdout)
-    assert not in_node(WORKER.dir, "test", "-e", "/var/tmp/dual-spark-replicate", check=False).returncode == 0  # cleaned up
+    assert not in_node(WORKER.dir, "test", "-e", f"{MODEL_DIR}/.dual-spark-bench", check=False).returncode == 0  # cleaned up
 
 
 @pytest.fixture(scope="module")
