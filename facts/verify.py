@@ -5,6 +5,8 @@ to the other nodes, SSH logins to them and the API's one-token probe run at the 
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from typing import TypedDict
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
@@ -41,9 +43,88 @@ class Readings(TypedDict):
     unreadable: list[str]
 
 
+@dataclass(frozen=True)
+class Section:
+    """One section of the reading: its command from the fact's arguments (None: not on this node),
+    its value from the node's output (the sections by name, and its own name), its value where
+    nothing was read, and whether it runs in the background, a process of its own beside the others."""
+
+    command: Callable[[dict], StringCommand | None]
+    value: Callable[[dict[str, list[str]], str], object]
+    default: Callable[[], object] = lambda: None
+    background: bool = False
+
+
+def of(fact: type[FactBase], arguments: Callable[[dict], tuple] = lambda _: (), background: bool = False,
+       nested: bool = False) -> Section:
+    """The section of another fact of facts/, read as that fact reads its output (``nested``: its
+    own sections marked again)."""
+    return Section(lambda given: fact().command(*arguments(given)),
+                   lambda sections, name: fact().process(part(sections, name) if nested else sections.get(name, [])),
+                   fact.default, background)
+
+
+def numbered(prefix: str, fact: type[FactBase]) -> Callable[[dict[str, list[str]], str], list]:
+    """The values of the sections "PREFIX 0", "PREFIX 1", ..., in order."""
+    def value(sections: dict[str, list[str]], _: str) -> list:
+        found = sorted((int(name.split()[1]), lines) for name, lines in sections.items()
+                       if name.startswith(prefix + " ") and name.split()[1].isdigit())
+        return [fact().process(lines) for _, lines in found]
+    return value
+
+
+def docker_path(sections: dict[str, list[str]], name: str) -> str | None:
+    found = [line.strip() for line in sections.get(name, []) if line.strip().startswith("/")]
+    return found[0] if found else None
+
+
+def listening(sections: dict[str, list[str]], name: str) -> list[str]:
+    return sorted({line.split()[3].rsplit(":", 1)[0] for line in sections.get(name, []) if len(line.split()) >= 4})
+
+
+def health(given: dict) -> StringCommand | None:
+    """The programs' one-token probe of the API, on the head."""
+    runtime, serving = given["runtime"], given["serving"]
+    if "api_port" not in serving:
+        return None
+    return StringCommand("python3", QuoteString(runtime["programs"]), "health", "--url",
+                         QuoteString(f"http://{serving['api_host']}:{serving['api_port']}"),
+                         "--key-file", QuoteString(serving["key_file"]), "--timeout", "20", "2>/dev/null")
+
+
+# Every section of Readiness, by its name in the reading, in the order the command runs them: the
+# quick ones in turn, then every background one at once (the pings, the SSH logins and the API's
+# probe first; then each that takes tens of milliseconds).
+SECTIONS: dict[str, Section] = {
+    "links": of(NetLinks),
+    "rdma": of(RdmaDevices),
+    "userns": of(SysctlValue, lambda given: (given["userns_key"],)),
+    "identity": of(MachineIds),
+    "user": of(UserGroups, lambda given: (given["user"],)),
+    "docker": Section(lambda _: StringCommand("command", "-v", "docker", "||", "true"), docker_path),
+    "listening": Section(lambda given: StringCommand("ss", "-Hltn", QuoteString(f"sport = :{given['serving']['api_port']}"),
+                                                     "2>/dev/null") if "api_port" in given["serving"] else None, listening, list),
+    "pings": Section(lambda given: [DfPing().command(*pair.split(), size=given["size"]) for pair in given["pings"]],
+                     numbered("ping", DfPing), list, background=True),
+    "ssh_to": Section(lambda given: [SshLogin().command(given["user"], address) for address in given["ssh_to"]],
+                      numbered("ssh", SshLogin), list, background=True),
+    "api": Section(health, lambda sections, name: api_reading(sections.get(name)), background=True),
+    "memlock": of(LoginMemlock, lambda given: (given["user"],), background=True),
+    "host_keys": of(SshHostKeyFingerprints, background=True),
+    "memory": of(GpuMemory, background=True),
+    "image": of(ImageState, lambda given: (given["runtime"]["tag"], given["runtime"]["marker"]), background=True, nested=True),
+    "model": of(ModelState, lambda given: (given["runtime"]["programs"], given["runtime"]["model_dir"], given["runtime"]["manifest"],
+                                           given["runtime"]["state"], given["user"]), background=True, nested=True),
+    "serving": Section(lambda given: combined(stack_sections(given["serving"]["stack_dir"], given["serving"]["key_file"],
+                                                             given["runtime"]["manifest"])),
+                       lambda sections, name: ServingState().process(part(sections, name)), ServingState.default, background=True),
+}
+NUMBERED = {"pings": "ping", "ssh_to": "ssh"}  # sections of one command per target, named "ping 0", "ping 1", ...
+
+
 class Readiness(FactBase[Readings]):
     """
-    The readings behind one node's rows of the readiness table. ``pings`` are
+    The readings behind one node's rows of the readiness table (``SECTIONS``). ``pings`` are
     "netdev address" pairs, pinged with ``size``-byte don't-fragment probes; ``ssh_to`` the
     addresses of other nodes ``user`` must reach without a password; ``runtime`` the arguments of
     ImageState (tag, marker) and ModelState (programs, model_dir, manifest, state); ``serving`` the
@@ -62,67 +143,24 @@ class Readiness(FactBase[Readings]):
 
     @staticmethod
     def default() -> Readings:
-        return {"links": NetLinks.default(), "rdma": RdmaDevices.default(), "pings": [], "memlock": LoginMemlock.default(),
-                "userns": SysctlValue.default(), "identity": MachineIds.default(), "host_keys": SshHostKeyFingerprints.default(),
-                "user": UserGroups.default(), "docker": None, "memory": GpuMemory.default(), "ssh_to": [],
-                "image": ImageState.default(), "model": ModelState.default(), "serving": ServingState.default(), "api": None,
-                "listening": [], "unreadable": []}
+        return {**{name: section.default() for name, section in SECTIONS.items()}, "unreadable": []}
 
     def command(self, user: str, pings: list[str], size: int, ssh_to: list[str], userns_key: str, runtime: dict,
                 serving: dict) -> StringCommand:
-        background = {f"ping {i}": DfPing().command(*pair.split(), size=size) for i, pair in enumerate(pings)}
-        background |= {f"ssh {i}": SshLogin().command(user, address) for i, address in enumerate(ssh_to)}
-        if "api_port" in serving:
-            background["api"] = StringCommand(
-                "python3", QuoteString(runtime["programs"]), "health", "--url", QuoteString(f"http://{serving['api_host']}:{serving['api_port']}"),
-                "--key-file", QuoteString(serving["key_file"]), "--timeout", "20", "2>/dev/null")
-        slow = {  # each a process of its own that takes tens of milliseconds: all at the same time
-            "memlock": LoginMemlock().command(user),
-            "host_keys": SshHostKeyFingerprints().command(),
-            "memory": GpuMemory().command(),
-            "image": ImageState().command(runtime["tag"], runtime["marker"]),
-            "model": ModelState().command(runtime["programs"], runtime["model_dir"], runtime["manifest"], runtime["state"], user),
-            "serving": combined(stack_sections(serving["stack_dir"], serving["key_file"], runtime["manifest"])),
-        }
-        return combined({
-            "links": NetLinks().command(),
-            "rdma": RdmaDevices().command(),
-            "userns": SysctlValue().command(userns_key),
-            "identity": MachineIds().command(),
-            "user": UserGroups().command(user),
-            "docker": StringCommand("command", "-v", "docker", "||", "true"),
-            **({"listening": StringCommand("ss", "-Hltn", QuoteString(f"sport = :{serving['api_port']}"), "2>/dev/null")}
-               if "api_port" in serving else {}),
-        }, {**background, **slow})
+        given = {"user": user, "pings": pings, "size": size, "ssh_to": ssh_to, "userns_key": userns_key, "runtime": runtime,
+                 "serving": serving}
+        quick, background = {}, {}
+        for name, section in SECTIONS.items():
+            command = section.command(given)
+            if name in NUMBERED:
+                background |= {f"{NUMBERED[name]} {index}": each for index, each in enumerate(command)}
+            elif command is not None:
+                (background if section.background else quick)[name] = command
+        return combined(quick, background)
 
     def process(self, output: list[str]) -> Readings:
         sections = split(output)
-
-        def numbered(prefix: str) -> list[list[str]]:
-            found = sorted((int(name.split()[1]), lines) for name, lines in sections.items()
-                           if name.startswith(prefix + " ") and name.split()[1].isdigit())
-            return [lines for _, lines in found]
-
-        docker = [line.strip() for line in sections.get("docker", []) if line.strip().startswith("/")]
-        return {
-            "links": NetLinks().process(sections.get("links", [])),
-            "rdma": RdmaDevices().process(sections.get("rdma", [])),
-            "pings": [DfPing().process(lines) for lines in numbered("ping")],
-            "memlock": LoginMemlock().process(sections.get("memlock", [])),
-            "userns": SysctlValue().process(sections.get("userns", [])),
-            "identity": MachineIds().process(sections.get("identity", [])),
-            "host_keys": SshHostKeyFingerprints().process(sections.get("host_keys", [])),
-            "user": UserGroups().process(sections.get("user", [])),
-            "docker": docker[0] if docker else None,
-            "memory": GpuMemory().process(sections.get("memory", [])),
-            "ssh_to": [SshLogin().process(lines) for lines in numbered("ssh")],
-            "image": ImageState().process(part(sections, "image")),
-            "model": ModelState().process(part(sections, "model")),
-            "serving": ServingState().process(part(sections, "serving")),
-            "api": api_reading(sections.get("api")),
-            "listening": sorted({line.split()[3].rsplit(":", 1)[0] for line in sections.get("listening", []) if len(line.split()) >= 4}),
-            "unreadable": sections[""],
-        }
+        return {**{name: section.value(sections, name) for name, section in SECTIONS.items()}, "unreadable": sections[""]}
 
 
 def api_reading(lines: list[str] | None) -> dict | None:

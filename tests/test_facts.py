@@ -60,3 +60,10 @@ def same_shape(a, b) -> bool:
     if isinstance(a, (int, float)) and not isinstance(a, bool):
         return isinstance(b, (int, float)) and not isinstance(b, bool)
     return type(a) is type(b)
+
+
+def test_readiness_reads_every_field_of_its_reading_from_one_table():
+    """facts/verify.py spells each section once, in SECTIONS; the reading's type names the same."""
+    from facts.verify import SECTIONS, Readiness, Readings
+    assert set(Readings.__annotations__) == set(SECTIONS) | {"unreadable"}
+    assert set(Readiness.default()) == set(Readings.__annotations__)
