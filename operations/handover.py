@@ -13,9 +13,12 @@ from pyinfra import host, logger
 from pyinfra.api import QuoteString, StringCommand
 
 from checks import table
+from cluster import Cluster
 from facts.serving import ServingState
 from facts.verify import api_reading
+from layout import paths, store_entry
 from operations.peer import reachable, read_all, warn_unreachable
+from operations.readings import Reading, plans
 from operations.records import on_every_node, record, restore
 from operations.runtime import streamed
 from operations.stack import (
@@ -31,6 +34,13 @@ from operations.status import cluster_status
 from states import described
 
 PROBE_SLICE = 5  # seconds of each wait for the first token between two readings of the nodes' backoff records
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    settings = cluster.settings
+    where = paths(settings.state_dir, store_entry(settings.model_dir, cluster.model.source))
+    return [(ServingState, {"stack_dir": settings.stack_dir, "key_file": where["api_key"], "model_record": where["manifest"]})]
 
 
 def own(stacks: list[StackSettings]) -> StackSettings:

@@ -15,8 +15,8 @@ from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringComm
 from checks.serving import heads_refusal
 from cluster import Cluster
 from facts.runtime import ImageState
-from facts.serving import ModelHeads, ServingState
-from layout import RUN_DIR, STOP_TIMEOUT, paths, smoke_marker, store_entry
+from facts.serving import ModelHeads
+from layout import RUN_DIR, STOP_TIMEOUT, smoke_marker, store_entry
 from operations.handover import (
     cluster_stacks,
     own,
@@ -50,10 +50,8 @@ STAGING = f"{RUN_DIR}/stack-check"
 def readings(cluster: Cluster, name: str) -> list[Reading]:
     settings = cluster.settings
     model_dir = store_entry(settings.model_dir, cluster.model.source)
-    where = paths(settings.state_dir, model_dir)
     return [(ImageState, {"tag": cluster.image.tag, "marker": smoke_marker(settings.state_dir, cluster.image.tag)}),
-            (ModelHeads, {"model_dir": model_dir}),
-            (ServingState, {"stack_dir": settings.stack_dir, "key_file": where["api_key"], "model_record": where["manifest"]})]
+            (ModelHeads, {"model_dir": model_dir})]
 
 
 def heads_divided(settings: StackSettings) -> None:
