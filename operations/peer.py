@@ -74,12 +74,12 @@ def on_node(rails: list[dict], user: str, body: str) -> StringCommand:
     """Shell that runs ``body`` with `w CMD` meaning "run CMD on that node" (a worker, the one whose
     ``rails`` these are), over the first fabric rail it answers on, saying which rails it skipped."""
     ssh = f"sudo -n -u {shlex.quote(user)} ssh {' '.join(SSH_OPTIONS)}"
-    script = []
+    script = [f"job() {{ {body}; }};"]  # written once, run over the first rail that answers
     for rail in rails:
         target = shlex.quote(f"{user}@{rail['address']}")
         script.append(
             f"if {ssh} {target} true 2>/dev/null; then w() {{ {ssh} -c {FABRIC_CIPHER} {target} \"$@\"; }}; "
-            f"{body}; exit $?; fi; echo 'the worker does not answer over SSH at {rail['address']}: trying the next rail' >&2;"
+            f"job; exit $?; fi; echo 'the worker does not answer over SSH at {rail['address']}: trying the next rail' >&2;"
         )
     script.append("echo 'the worker answers on no fabric rail: run pyinfra inventory.py tasks/verify.py' >&2; exit 1")
     return StringCommand("sh", "-c", QuoteString(" ".join(script)))
