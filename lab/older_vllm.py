@@ -2,7 +2,7 @@
 speculation) read as a vLLM that predates it. Once vllm.config.speculative has run, its
 SpeculativeConfig loses the fields num_speculative_tokens_per_batch_size and
 enable_adaptive_verification from its dataclass fields, which is what the deploy's smoke test
-reads (operations/runtime.py SMOKE): the deploy's refusal of a profile key an image lacks is then
+reads (files/dual_spark/smoke.py SMOKE): the deploy's refusal of a profile key an image lacks is then
 proven against a real image. Nothing in it is served: such a profile is refused before it starts."""
 
 import importlib.abc

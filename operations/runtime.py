@@ -67,24 +67,15 @@ def container_args(container: dict, own: dict | None = None) -> list:
     return args
 
 
-# What the smoke test runs in the image: vLLM imports, and the field names of its SpeculativeConfig
-# (the --speculative-config keys it takes) are printed as JSON on the last line.
-SMOKE = ('import inspect, json, vllm; from vllm.config import SpeculativeConfig as c; '
-         'print(json.dumps(sorted(getattr(c, "__dataclass_fields__", None) or inspect.signature(c).parameters)))')
-
-
 def smoke_test(tag: str, image: Image, container: dict, state_dir: str) -> StringCommand:
-    """`import vllm` in a throwaway container, reading the image's SpeculativeConfig fields; when
-    it passes, the image ID's marker records the ID and, on its second line, those fields."""
-    keys = StringCommand("printf", "'%s\\n'", '"$keys"', "|", "tail", "-n", "1")
-    return StringCommand(
-        "docker", "image", "inspect", QuoteString(tag), ">/dev/null", "2>&1", "||",
-        "{", "echo", QuoteString(f"{tag} is not on this node: the head sends it (see its errors above)"), ">&2;", "exit", "1;", "}", "&&",
-        'keys="$(', "docker", "run", "--rm", "--network", "none", *container_args(container), "--entrypoint", QuoteString(image.python),
-        QuoteString(tag), "-c", QuoteString(SMOKE), ')"', "&&", keys, "|", "grep", "-q", QuoteString("^\\["), "&&",
-        "mkdir", "-p", QuoteString(paths(state_dir, "")["smoke"]), "&&",
-        "{", "docker", "image", "inspect", "-f", "'{{.Id}}'", QuoteString(tag), "&&", keys, ";", "}", ">", smoke_marker(state_dir, tag),
-    )
+    """The node's smoke test of ``tag`` (files/dual_spark/smoke.py): `import vllm` in a throwaway
+    container with the site's mounts and environment; when it passes, the image ID's marker
+    records the ID and the fields of the image's SpeculativeConfig."""
+    where = paths(state_dir, "")
+    return StringCommand("python3", QuoteString(where["programs"]), "smoke", "--tag", QuoteString(tag), "--python", QuoteString(image.python),
+                         "--markers", QuoteString(where["smoke"]),
+                         *[arg for path in container["mounts"] for arg in ("--mount", QuoteString(path))],
+                         *[arg for key, value in sorted(container["env"].items()) for arg in ("--env", QuoteString(f"{key}={value}"))])
 
 
 def smoked(reading: dict, image_id: str | None) -> bool:
@@ -237,7 +228,7 @@ def runtime_image(image_name: str, image: Image, user: str, state_dir: str, cont
         as_root = hop if sender.rank == 0 else StringCommand("sudo", "-n", hop)
         yield FunctionCommand(streamed, (from_upstream(sender, user, as_root),), {})
     test = smoke_test(tag, image, container, state_dir).get_raw_value()
-    remote = "w " + shlex.quote("sudo -n sh -c " + shlex.quote(test))
+    remote = "w " + shlex.quote("sudo -n " + test)
     tests = ([(cluster.head.hostname, test)] if not smoked(mine, mine["id"]) else []) + [
         (node.hostname, on_node(node.rail_data, user, remote).get_raw_value())
         for node in cluster.workers if node in receivers or node in unsmoked]

@@ -16,6 +16,7 @@ from cluster import Image, Model
 from facts.runtime import ImageState
 from layout import store_entry
 from operations import runtime
+from files.dual_spark.smoke import SMOKE
 from operations.runtime import fetch, paths
 from tests.fake_host import args_key, run_operation
 
@@ -393,7 +394,7 @@ def test_an_image_hop_from_a_worker_streams_from_it_to_the_next_and_tests_it_the
     worker2's second rail: its first does not answer), the IDs compared; then, in the next
     command, worker2 is smoke-tested."""
     commands, results, calls = the_chain(tmp_path, "runtime.ImageState", IMAGE_ARGS, IMAGE_FACT, HAVE, HAVE, LACKS,
-                                         before=lambda nodes: with_programs(nodes, "spark-worker1"))
+                                         before=lambda nodes: with_programs(nodes, "spark-worker1", "spark-worker2"))
     assert len(commands) == 2 and commands[0][:2] == ["function", "streamed"], commands
     hop, smoke = results
     assert hop.returncode == 0, hop.stderr
@@ -404,7 +405,7 @@ def test_an_image_hop_from_a_worker_streams_from_it_to_the_next_and_tests_it_the
     assert ["docker", "10.0.0.2", "save", IMAGE.tag] in calls
     assert ["docker", "10.0.1.3", "load", f"the layers of {IMAGE.tag}"] in calls
     run_on_worker2 = [call for call in calls if call[:3] == ["docker", "10.0.1.3", "run"]]
-    assert len(run_on_worker2) == 1 and run_on_worker2[0][-3:] == [IMAGE.tag, "-c", runtime.SMOKE]
+    assert len(run_on_worker2) == 1 and run_on_worker2[0][-3:] == [IMAGE.tag, "-c", SMOKE]
     assert [call[1] for call in calls if call[0] == "docker" and call[2] == "run"] == ["10.0.1.3"]  # the only one tested
     nodes = tmp_path / "nodes"
     marker = nodes / "spark-worker2" / MARKER
@@ -418,7 +419,8 @@ def test_the_smoke_tests_run_at_once_and_one_that_fails_names_its_node_the_other
     step fails naming worker3 with its error, and the head and worker2 have their markers, worker3
     none (it is tested again next run)."""
     commands, results, calls = the_chain(tmp_path, "runtime.ImageState", IMAGE_ARGS, IMAGE_FACT, UNTESTED, HAVE, LACKS, UNTESTED,
-                                         before=lambda nodes: with_programs(nodes, "spark-worker1"), env={"NO_VLLM": "10.0.0.4", "AT_ONCE": "3"})
+                                         before=lambda nodes: with_programs(nodes, "spark-head", "spark-worker1", "spark-worker2", "spark-worker3"),
+                                         env={"NO_VLLM": "10.0.0.4", "AT_ONCE": "3"})
     assert len(commands) == 2 and len(results) == 2, commands
     hop, smoke = results
     assert hop.returncode == 0, hop.stderr
@@ -442,7 +444,8 @@ def test_the_smoke_tests_run_at_once_and_one_that_fails_names_its_node_the_other
 def test_the_marker_is_the_image_ids_so_another_tag_of_it_is_not_tested_again(tmp_path):
     """Once the head's smoke test passed, the same image under another tag (a site's new name for
     the same bytes) reads as tested there, with its fields; another image under that tag does not."""
-    _, results, _ = the_chain(tmp_path, "runtime.ImageState", IMAGE_ARGS, IMAGE_FACT, UNTESTED, HAVE, HAVE)
+    _, results, _ = the_chain(tmp_path, "runtime.ImageState", IMAGE_ARGS, IMAGE_FACT, UNTESTED, HAVE, HAVE,
+                              before=lambda nodes: with_programs(nodes, "spark-head"))
     assert results[-1].returncode == 0, results[-1].stderr
     renamed = "dual-spark/renamed:0123456789ab"
     fact = ImageState()

@@ -7,6 +7,7 @@
     watchdog  beside vLLM in each container: ends it when this side can no longer serve
     metrics   the node exporter's textfile of Spark metrics; the head's Prometheus read back
     stack     the states that served: one recorded, one restored and started
+    smoke     a runtime image's smoke test on this node: `import vllm`, its result recorded
 
 `PROGRAM --help` tells each one's arguments.
 """
@@ -18,7 +19,7 @@ import os
 import sys
 
 PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "watchdog": "watchdog", "metrics": "metrics",
-            "stack": "stack"}
+            "stack": "stack", "smoke": "smoke"}
 
 
 def main() -> None:
