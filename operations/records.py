@@ -11,7 +11,6 @@ named, is states.py's; what a node does to record or restore one, its program's
 
 from __future__ import annotations
 
-import json
 import shlex
 
 from operations.peer import at_once, on_node
@@ -22,8 +21,10 @@ def record(settings, values: dict) -> str:
     with ``values`` (the image's ID and the time added); the record there before becomes the
     rollback record. Nothing changes when served/ already holds this state. (``settings``: the
     node's StackSettings.)"""
-    state = json.dumps(values, sort_keys=True, separators=(",", ":"))
-    return shlex.join(["python3", settings.programs, "stack", "record", "--stack-dir", settings.stack_dir, "--state", state])
+    model = [arg for key, value in sorted(values["model"].items()) for arg in (f"--model-{key}", value)]
+    return shlex.join(["python3", settings.programs, "stack", "record", "--stack-dir", settings.stack_dir, "--cluster", values["cluster"],
+                       "--stack", values["stack"], "--profile", values["profile"], "--image", values["image"], *model,
+                       "--model-digest", values["model_digest"]])
 
 
 def restore(settings, name: str) -> str:

@@ -14,9 +14,9 @@ import pytest
 import programs
 from cluster import Image, Model
 from facts.runtime import ImageState
+from files.dual_spark.smoke import SMOKE
 from layout import store_entry
 from operations import runtime
-from files.dual_spark.smoke import SMOKE
 from operations.runtime import fetch, paths
 from tests.fake_host import args_key, run_operation
 

@@ -1,11 +1,12 @@
 """The states that served, kept on this node beside its stack (operations/records.py calls it on
 every node):
 
-    stack record --stack-dir DIR --state JSON
+    stack record --stack-dir DIR --cluster ID --stack HASH --profile NAME --image TAG
+                 (--model-repo REPO --model-revision COMMIT | --model-path PATH) --model-digest HEX
         Record DIR's stack files as the state that serves: copied into DIR/served/ with
-        state.json (JSON, with the image's ID and the time added); the record there before
-        becomes DIR/rollback/. Nothing changes when served/ already holds this state (its
-        "cluster" ID).
+        state.json (what the arguments say, with the image's ID and the time added); the
+        record there before becomes DIR/rollback/. Nothing changes when served/ already holds
+        this state (its cluster ID).
     stack restore --stack-dir DIR --record NAME --starts FILE
         Install record NAME's stack files as the node's own (each one it replaces kept as
         FILE.previous), forget the watchdog's backoff (FILE), and start the stack fresh.
@@ -104,7 +105,10 @@ def main(argv: list[str], prog: str) -> None:
     commands = parser.add_subparsers(dest="command", required=True)
     kept = commands.add_parser("record", help="record the stack as the state that serves")
     kept.add_argument("--stack-dir", type=Path, required=True)
-    kept.add_argument("--state", type=json.loads, required=True, help="what the node records of the state (JSON)")
+    for name in ("cluster", "stack", "profile", "image", "model-digest"):
+        kept.add_argument(f"--{name}", required=True)
+    for name in ("model-repo", "model-revision", "model-path"):
+        kept.add_argument(f"--{name}")
     back = commands.add_parser("restore", help="install a record as the stack and start it fresh")
     back.add_argument("--stack-dir", type=Path, required=True)
     back.add_argument("--record", required=True, choices=("served", "rollback"))
@@ -113,7 +117,9 @@ def main(argv: list[str], prog: str) -> None:
     try:
         stack_dir = claimed(args.stack_dir)
         if args.command == "record":
-            record(stack_dir, args.state)
+            model = {key: value for key in ("repo", "revision", "path") if (value := getattr(args, f"model_{key}")) is not None}
+            record(stack_dir, {"cluster": args.cluster, "stack": args.stack, "profile": args.profile, "image": args.image,
+                               "model": model, "model_digest": args.model_digest})
         else:
             restore(stack_dir, args.record, args.starts)
     except (StackError, OSError) as error:
