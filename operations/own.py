@@ -31,12 +31,15 @@ OPEN_TO_OTHERS = 0o022
 
 def checks(owner: str = "root") -> str:
     """The shell functions of the checks, trusting root and ``owner`` (the user a claim gives its
-    directory) and no one else: refuse with a message; refuse naming a path's owner and mode; a
-    directory with no link on its way; one only root and ``owner`` can change (theirs, writable
+    directory) and no one else: refuse with a message; refuse a path (with the site fields that
+    name it) naming its owner and mode, as a link, or as not the deploy's; a directory with no
+    link on its way; one only root and ``owner`` can change (theirs, writable
     by no one else); the directories above one, up to the first of root's (a sticky one of root's,
     like /tmp, is shared safely); a regular file that is no link; a directory holding the marker,
     root's or ``owner``'s. And of the act: write the marker."""
-    return ('no() { echo "$1" >&2; exit 1; }; foreign() { no "$1 is $(stat -c %U -- "$1")\'s, mode $(stat -c %a -- "$1"): $2"; }; '
+    return ('no() { echo "$1" >&2; exit 1; }; '
+            f'foreign() {{ no "$1 is $(stat -c %U -- "$1")\'s, mode $(stat -c %a -- "$1"): {foreign("$1", "$2", owner)}"; }}; '
+            f'not_real() {{ no "{not_real("$1", "$2")}"; }}; not_ours() {{ no "{not_ours("$1", "$2")}"; }}; '
             'real() { [ -d "$1" ] && [ ! -L "$1" ] && [ "$(realpath -e -- "$1")" = "$1" ]; }; '
             f'mine() {{ case "$(stat -c %U -- "$1")" in root|{owner}) ;; *) return 1;; esac; }}; '
             f'closed() {{ mine "$1" && [ $((0$(stat -c %a -- "$1") & 0{OPEN_TO_OTHERS:o})) -eq 0 ]; }}; '
@@ -208,15 +211,15 @@ def claim_command(claims: list[Claim], owned: list[Claim]) -> StringCommand:
     parts: list = [checks(owner)]
     for parent, claim in parents:
         parts += ["real", QuoteString(parent), "||", "no", QuoteString(no_parent(parent, claim)), ";",
-                  "above", QuoteString(parent), "||", "foreign", '"$up"', QuoteString(foreign(parent, claim.field, owner)), ";"]
+                  "above", QuoteString(parent), "||", "foreign", '"$up"', QuoteString(claim.field), ";"]
     for level in ordered:
         path, fields, earlier = QuoteString(level.path), ", ".join(level.fields), legacy(level.final)
         adoptable = ["||", "{", "[", '"$(stat', "-c", "%u", "--", path, ')"', "=", "0", "]", *[
             piece for name in earlier for piece in ("&&", "regular", QuoteString(f"{level.path}/{name}"))], ";", "}"] if earlier else []
         parts += ["if", "[", "-e", path, "]", "||", "[", "-L", path, "];", "then",
-                  "real", path, "||", "no", QuoteString(not_real(level.path, fields)), ";",
-                  "closed", path, "||", "foreign", path, QuoteString(foreign(level.path, fields, owner)), ";",
-                  "marked", path, *adoptable, "||", "no", QuoteString(not_ours(level.path, fields)), ";", "fi;"]
+                  "real", path, "||", "not_real", path, QuoteString(fields), ";",
+                  "closed", path, "||", "foreign", path, QuoteString(fields), ";",
+                  "marked", path, *adoptable, "||", "not_ours", path, QuoteString(fields), ";", "fi;"]
     for level in ordered:
         path, earlier = QuoteString(level.path), legacy(level.final)
         marker = QuoteString(f"{level.path}/{MANAGED_MARKER}")
@@ -254,7 +257,6 @@ def entry_claimed(store: str, entry: str, user: str) -> StringCommand:
     quoted = QuoteString(entry)
     make = f'mkdir -m 755 -- "$1" && echo {shlex.quote(MARKER_TEXT)} > "$1/{MANAGED_MARKER}"'
     return StringCommand("{", "if", "[", "-e", quoted, "]", "||", "[", "-L", quoted, "];", "then", "real", quoted, "||",
-                         "no", QuoteString(not_real(entry, "model_dir")), ";", "closed", quoted, "||", "foreign", quoted,
-                         QuoteString(foreign(entry, "model_dir", user)), ";", "marked", quoted, "||", "no",
-                         QuoteString(not_ours(entry, "model_dir")), ";", "else", "sudo", "-n", "-u",
+                         "not_real", quoted, "model_dir;", "closed", quoted, "||", "foreign", quoted, "model_dir;", "marked", quoted, "||",
+                         "not_ours", quoted, "model_dir;", "else", "sudo", "-n", "-u",
                          QuoteString(user), "sh", "-c", QuoteString(make), "-", quoted, "||", "exit", "1;", "fi;", "}")
