@@ -1,6 +1,8 @@
 """The lab's CPU vLLM only: scripts/setup-vllm.sh installs this file as the `sitecustomize` of
-that environment, so every Python it runs (vLLM's API server, engine and workers, in the nodes'
-containers and on loopback) starts as follows. Nothing of a Spark's image is changed by it.
+that environment, so every Python it runs starts here; it acts only in vLLM's own (its `vllm`
+command, or a module of vllm run with -m: the API server, and the engine and workers it forks).
+The product's programs that the same Python runs in the nodes' containers (the watchdog, the
+health probe) start as they would on a Spark, whose image nothing here changes.
 
 - The cyclic garbage collector is held through the start-up, then collects as usual. A lab vLLM
   start is mostly its processes importing torch, transformers and vLLM, which allocate millions
@@ -60,8 +62,17 @@ class KeepFork(importlib.abc.MetaPathFinder):
         return spec
 
 
+def runs_vllm(argv: list[str]) -> bool:
+    """Whether the command line (sys.orig_argv) starts vLLM: its `vllm` command, or `-m vllm...`."""
+    command = argv[1:] if argv and os.path.basename(argv[0]).startswith("python") else argv
+    if command and os.path.basename(command[0]) == "vllm":
+        return True
+    return any(flag == "-m" and module.split(".")[0] == "vllm" for flag, module in zip(command, command[1:]))
+
+
 RELEASED_AT = time.monotonic() + START_UP
-hold_collector(START_UP)
-os.register_at_fork(after_in_child=hold_in_child)
-if os.environ.get("VLLM_WORKER_MULTIPROC_METHOD") == "fork":
-    sys.meta_path.insert(0, KeepFork())
+if runs_vllm(sys.orig_argv):
+    hold_collector(START_UP)
+    os.register_at_fork(after_in_child=hold_in_child)
+    if os.environ.get("VLLM_WORKER_MULTIPROC_METHOD") == "fork":
+        sys.meta_path.insert(0, KeepFork())
