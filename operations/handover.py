@@ -16,7 +16,6 @@ from checks import table
 from cluster import Cluster
 from facts.serving import ServingState
 from facts.verify import api_reading
-from layout import paths, store_entry
 from operations.peer import reachable, read_all, warn_unreachable
 from operations.readings import Reading, plans
 from operations.records import on_every_node, record, restore
@@ -27,6 +26,7 @@ from operations.stack import (
     desired,
     gid_index,
     in_place,
+    stack_settings,
     state_arguments,
     stop,
 )
@@ -38,9 +38,7 @@ PROBE_SLICE = 5  # seconds of each wait for the first token between two readings
 
 @plans
 def readings(cluster: Cluster, name: str) -> list[Reading]:
-    settings = cluster.settings
-    where = paths(settings.state_dir, store_entry(settings.model_dir, cluster.model.source))
-    return [(ServingState, {"stack_dir": settings.stack_dir, "key_file": where["api_key"], "model_record": where["manifest"]})]
+    return [(ServingState, state_arguments(stack_settings(cluster, name)))]
 
 
 def own(stacks: list[StackSettings]) -> StackSettings:

@@ -68,7 +68,7 @@ def user_in_group(user: str, group: str):
 def host_settings(entries: list[tuple[str, str, str, str]], systemd_dropin: str, sysctl_key: str, sysctl_value: int):
     """
     The OS settings two-node serving needs, in one round trip: root-owned configuration files
-    (pyinfra's files.put for those that differ, with their diffs; one the deploy did not write is
+    (managed.put_config for those that differ, with their diffs; one the deploy did not write is
     refused), systemd re-executed when its
     manager drop-in changed and systemd is PID 1, and a kernel parameter set live where this
     kernel has it (the AppArmor userns key is Ubuntu's).

@@ -118,7 +118,6 @@ class Level:
     path: str
     fields: list[str]
     final: Claim | None = None  # the claim whose own directory this is
-    owner: str = "root"  # the user besides root trusted in it: the deploy user where a claim below it is theirs
 
 
 def structure(claims: list[Claim]) -> tuple[list[tuple[str, Claim]], list[Level]]:
@@ -136,7 +135,6 @@ def structure(claims: list[Claim]) -> tuple[list[tuple[str, Claim]], list[Level]
             level = found.setdefault(path, Level(path, []))
             if claim.field not in level.fields:
                 level.fields.append(claim.field)
-            level.owner = claim.owner if claim.owner != "root" else level.owner
         found[claim.path].final = found[claim.path].final or claim
     return list(parents.items()), list(found.values())
 

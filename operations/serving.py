@@ -16,7 +16,7 @@ from checks.serving import heads_refusal
 from cluster import Cluster
 from facts.runtime import ImageState
 from facts.serving import ModelHeads
-from layout import RUN_DIR, STOP_TIMEOUT, smoke_marker, store_entry
+from layout import RUN_DIR, STOP_TIMEOUT
 from operations.handover import (
     cluster_stacks,
     own,
@@ -38,6 +38,7 @@ from operations.stack import (
     Stack,
     StackSettings,
     compose,
+    stack_settings,
     stop,
 )
 from operations.upload import upload
@@ -48,10 +49,8 @@ STAGING = f"{RUN_DIR}/stack-check"
 
 @plans
 def readings(cluster: Cluster, name: str) -> list[Reading]:
-    settings = cluster.settings
-    model_dir = store_entry(settings.model_dir, cluster.model.source)
-    return [(ImageState, {"tag": cluster.image.tag, "marker": smoke_marker(settings.state_dir, cluster.image.tag)}),
-            (ModelHeads, {"model_dir": model_dir})]
+    settings = stack_settings(cluster, name)
+    return [(ImageState, {"tag": settings.image.tag, "marker": settings.smoke_marker}), (ModelHeads, {"model_dir": settings.model_dir})]
 
 
 def heads_divided(settings: StackSettings) -> None:

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import hashlib
 import posixpath
-from collections.abc import Iterable
 from typing import IO
 
 from pyinfra import host
@@ -33,12 +32,3 @@ def temporary(dest: str) -> str:
 def upload(src: str | IO, dest: str) -> list:
     """The commands that put ``src`` (a local path or a file object) at ``dest``."""
     return [private_dir(), FileUploadCommand(src, dest, remote_temp_filename=temporary(dest))]
-
-
-def private(commands: Iterable) -> Iterable:
-    """Another operation's commands (pyinfra's files.put) with each upload made through ``UPLOAD_DIR``."""
-    for command in commands:
-        if isinstance(command, FileUploadCommand):
-            yield from upload(command.src, command.dest)
-        else:
-            yield command
