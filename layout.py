@@ -41,6 +41,8 @@ IN_CONTAINER = {
     "state": "/dual-spark/state",
     "api_key": "/run/secrets/dual-spark-api-key",
     "model": "/model",
+    # in the container's own layer, on no mount: a restart of the container keeps it, a new one starts without
+    "container_starts": "/var/tmp/dual-spark-container-starts",
 }
 
 # The `vllm serve` flags the deploy sets itself (operations/stack.py: vllm_args), each with the
@@ -81,7 +83,10 @@ VLLM_FLAG_PREFIXES = ("--tokenizer",)
 # drop-ins of their Debian units, and the deploy's collector writing the exporter's textfile.
 PROMETHEUS_DIR = "/etc/prometheus/dual-spark"  # prometheus.yml and its rule files, the deploy's
 PROMETHEUS_STORAGE = "/var/lib/prometheus/metrics2"  # Debian's
-TEXTFILE_DIR = "/var/lib/prometheus/node-exporter"  # Debian's textfile directory
+# The collector runs as a system user of its own, which may write its own directory only; the node
+# exporter reads its textfile there.
+COLLECTOR_USER = "dual-spark-metrics"
+TEXTFILE_DIR = "/var/lib/dual-spark-metrics"
 TEXTFILE = f"{TEXTFILE_DIR}/dual-spark.prom"
 COLLECTOR_STATE = f"{TEXTFILE_DIR}/.dual-spark-collector.json"  # the starts the collector has seen (not *.prom: not read)
 UNITS = {"prometheus": "prometheus", "node_exporter": "prometheus-node-exporter", "collector": "dual-spark-metrics"}

@@ -9,7 +9,7 @@ from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from facts.combine import combined, read_lines, split
 from facts.host_prep import FileDigests, Files, Packages, PackageStatus
-from layout import GRAFANA_PROJECT, PROMETHEUS_DIR, UNIT_FILES, UNITS
+from layout import COLLECTOR_USER, GRAFANA_PROJECT, PROMETHEUS_DIR, TEXTFILE_DIR, UNIT_FILES, UNITS
 
 PACKAGES = {"head": ["prometheus", "prometheus-node-exporter"], "worker": ["prometheus-node-exporter"]}
 CONFIG_FILES = ("prometheus.yml", "recording.yml", "alerts.yml")  # in PROMETHEUS_DIR
@@ -22,9 +22,9 @@ def services(role: str) -> list[str]:
 
 
 def config_paths(role: str) -> list[str]:
-    """The files the deploy writes for observability on a node of ``role``."""
+    """The files the deploy writes for observability on a node of ``role``, and the collector's directory."""
     units = [UNIT_FILES["prometheus"]] * (role == "head") + [UNIT_FILES["node_exporter"], UNIT_FILES["collector"]]
-    return units + [f"{PROMETHEUS_DIR}/{name}" for name in CONFIG_FILES] * (role == "head")
+    return units + [f"{PROMETHEUS_DIR}/{name}" for name in CONFIG_FILES] * (role == "head") + [TEXTFILE_DIR]
 
 
 class Service(TypedDict):
@@ -40,6 +40,7 @@ class Grafana(TypedDict):
 class Observability(TypedDict):
     packages: Packages
     files: Files
+    collector_user: bool  # whether the collector's own system user exists
     services: dict[str, Service]
     grafana: Grafana | None
     unreadable: list[str]
@@ -48,27 +49,30 @@ class Observability(TypedDict):
 class ObservabilityState(FactBase[Observability]):
     """
     For a node of ``role``: which of its packages dpkg has (PackageStatus), the files the deploy
-    writes for them (FileDigests: the units' drop-ins, the collector's unit, Prometheus's
-    configuration on the head), and each service's state as systemctl says it. With ``grafana``
+    writes for them (FileDigests: the units' drop-ins, the collector's unit and directory,
+    Prometheus's configuration on the head), whether the collector's user exists, and each
+    service's state as systemctl says it. With ``grafana``
     (the head's Grafana files, when the site runs Grafana): those files and the container's state.
 
     .. code:: python
 
         {"packages": {"installed": ["prometheus", "prometheus-node-exporter"], "missing": [], "unreadable": []},
          "files": {"files": {"/etc/prometheus/dual-spark/prometheus.yml": {"kind": "file", "mode": "644", ...}}, "unreadable": []},
+         "collector_user": True,
          "services": {"prometheus": {"active": "active", "enabled": "enabled"}, ...},
          "grafana": None, "unreadable": []}
     """
 
     @staticmethod
     def default() -> Observability:
-        return {"packages": PackageStatus.default(), "files": FileDigests.default(), "services": {}, "grafana": None,
-                "unreadable": []}
+        return {"packages": PackageStatus.default(), "files": FileDigests.default(), "collector_user": False, "services": {},
+                "grafana": None, "unreadable": []}
 
     def command(self, role: str, grafana: list[str] | None = None) -> StringCommand:
         sections = {
             "packages": PackageStatus().command(PACKAGES[role]),
             "files": FileDigests().command(config_paths(role)),
+            "collector_user": StringCommand("getent", "passwd", COLLECTOR_USER, "|", "cut", "-d:", "-f1"),
             "services": StringCommand(
                 "for u in", *(QuoteString(unit) for unit in services(role)), "; do",
                 'echo "unit $u|$(systemctl is-active "$u" 2>/dev/null | head -n 1)|$(systemctl is-enabled "$u" 2>/dev/null | head -n 1)";',
@@ -96,4 +100,4 @@ class ObservabilityState(FactBase[Observability]):
             state = [line.strip() for line in sections.get("grafana_container", []) if line.strip()]
             grafana = {"files": FileDigests().process(sections["grafana"]), "container": state[-1] if state else None}
         return {"packages": PackageStatus().process(sections.get("packages", [])), "files": FileDigests().process(sections.get("files", [])),
-                "services": units, "grafana": grafana, "unreadable": sections[""] + unreadable}
+                "collector_user": COLLECTOR_USER in [line.strip() for line in sections.get("collector_user", [])], "services": units, "grafana": grafana, "unreadable": sections[""] + unreadable}

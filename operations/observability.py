@@ -26,7 +26,7 @@ from cluster import Cluster
 from facts.observability import CONFIG_FILES, PACKAGES, ObservabilityState
 from layout import (
     COLLECTOR_STATE,
-    CONTAINER,
+    COLLECTOR_USER,
     GRAFANA_DATASOURCE_UID,
     GRAFANA_PROJECT,
     PROMETHEUS_DIR,
@@ -159,7 +159,7 @@ def observability_settings(cluster: Cluster, hostname: str) -> ObservabilitySett
         UNIT_FILES["collector"]: render("observability/dual-spark-metrics.service.j2", interval=interval, digest=digest("metrics.py", "atomic.py")[:16],
                                         programs=where["programs"], textfile=TEXTFILE, role=node.role,
                                         watchdog_state=f"{where['serving']}/{node.role}-starts", stack_dir=settings.stack_dir,
-                                        state=COLLECTOR_STATE, container=CONTAINER, rails=node.rail_data,
+                                        state=COLLECTOR_STATE, user=COLLECTOR_USER, rails=node.rail_data,
                                         textfile_dir=TEXTFILE_DIR),
     }
     grafana_dir = f"{settings.stack_dir}/grafana"
@@ -216,6 +216,24 @@ def installed(reading: dict, role: str, wanted: list[str]):
         yield from apt.packages._inner(packages=missing, no_recommends=True)
 
 
+def collector_home(reading: dict):
+    """The collector's own system user (no home, no login) and its directory, the only one it may
+    write: made when missing, given back to it when another owner or mode was set there."""
+    if not reading["collector_user"]:
+        show_line(f"Will add the system user {COLLECTOR_USER}: the metrics collector's own, with no home and no login")
+        yield StringCommand("useradd", "--system", "--user-group", "--no-create-home", "--home-dir", "/nonexistent",
+                            "--shell", "/usr/sbin/nologin", COLLECTOR_USER)
+    found = reading["files"]["files"].get(TEXTFILE_DIR) or {"kind": "absent"}
+    if found["kind"] == "file":
+        raise OperationError(f"{host.name}: {TEXTFILE_DIR} is a file, where the metrics collector keeps its directory: move it away "
+                             f"(sudo mv {TEXTFILE_DIR} {TEXTFILE_DIR}.old) and run the deploy again")
+    owner = f"{COLLECTOR_USER}:{COLLECTOR_USER}"
+    if found["kind"] == "absent" or (found["owner"], found["mode"]) != (owner, "755"):
+        was = "" if found["kind"] == "absent" else f" (was {found['owner']}, mode {found['mode']})"
+        show_line(f"Will make {TEXTFILE_DIR} the collector's directory: {owner}, mode 755{was}")
+        yield StringCommand("install", "-d", "-o", COLLECTOR_USER, "-g", COLLECTOR_USER, "-m", "755", TEXTFILE_DIR)
+
+
 def running(unit: str, reading: dict, why: str | None):
     """Enable ``unit``, and restart it when ``why`` (its configuration changed, its package is new)
     or when it is not active: a unit whose configuration is unchanged and that runs is left alone."""
@@ -235,9 +253,10 @@ def exporters_running(settings: ObservabilitySettings):
     """
     On every node: the OS's node exporter on the node's rail 0 address (a drop-in of its unit:
     never the management LAN), and the deploy's collector of Spark metrics (its own unit, running
-    `dual-spark.pyz metrics collect`) writing the exporter's textfile. The unit files are written
-    before the package is installed, so its first start listens where they say; each service
-    restarts only when its unit file changed, its package is new, or it is not running.
+    `dual-spark.pyz metrics collect` as its own user) writing the exporter's textfile in its own
+    directory. The unit files are written before the package is installed, so its first start
+    listens where they say; each service restarts only when its unit file changed, its package
+    is new (the collector: its user or directory), or it is not running.
 
     + settings: the node's observability settings (``observability_settings``)
 
@@ -256,10 +275,14 @@ def exporters_running(settings: ObservabilitySettings):
     commands += new
     if changed:
         commands.append(StringCommand("systemctl", "daemon-reload"))
+    home = list(collector_home(reading))
+    commands += home
     for unit in units:
         why = "its unit file changed" if unit in changed else None
         if new and unit == UNITS["node_exporter"]:
             why = "its package is new"
+        if home and unit == UNITS["collector"] and why is None:
+            why = "its user or directory changed"
         commands += running(unit, reading, why)
     if not commands:
         host.noop(f"the node exporter listens on {settings.rails[0]['address']}:{settings.exporter_port}, and the collector runs")

@@ -55,9 +55,9 @@ def test_launch_script_calls_what_the_container_holds():
     """Every path inside the container that launch.sh names is one compose mounts there, and the
     programs' archive (whose watchdog it runs) and the key are where layout says."""
     template = (REPO / "templates/serving/launch.sh.j2").read_text()
-    named = set(re.findall(r"(?:/dual-spark|/run/secrets)[\w./-]*", template))
+    named = set(re.findall(r"(?:/dual-spark|/run/secrets|/var/tmp)[\w./-]*", template))
     inside = layout.IN_CONTAINER
-    assert {inside["programs"], inside["api_key"]} <= named
+    assert {inside["programs"], inside["api_key"], inside["container_starts"]} <= named
     for path in named:
         assert path in inside.values() or path.startswith(inside["state"] + "/"), path
     assert "dual-spark watchdog" in (REPO / "files/dual_spark/watchdog.py").read_text()  # its own messages say whose
@@ -79,6 +79,7 @@ def test_rendered_stacks_use_the_names_and_mounts_of_layout(rendered):
     model = load_site(REPO / "tests/pair/site.toml").model
     assert mounts[layout.store_entry(default_settings()["model_dir"], model.source)] == inside["model"]  # its directory of the store
     assert service["entrypoint"] == [inside["launch"]]
+    assert not [target for target in mounts.values() if (inside["container_starts"] + "/").startswith(target.rstrip("/") + "/")]
     test = service["healthcheck"]["test"]
     assert test[test.index(inside["programs"]) + 1] == "watchdog"
     if service["labels"][layout.LABELS["role"]] == "head":

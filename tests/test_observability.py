@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from layout import GRAFANA_DATASOURCE_UID, PROMETHEUS_DIR, UNIT_FILES
+from layout import COLLECTOR_USER, GRAFANA_DATASOURCE_UID, PROMETHEUS_DIR, TEXTFILE_DIR, UNIT_FILES
 from operations.observability import dashboards, grafana_files, observability_settings, rule_files, window
 from tests.fake_host import site
 from tests.observability import promtool, tool
@@ -69,6 +69,34 @@ def test_prometheus_listens_on_loopback_with_bounded_retention():
     worker = observability_settings(site("pair"), "spark-worker").files
     assert UNIT_FILES["prometheus"] not in worker and not any(path.startswith(PROMETHEUS_DIR) for path in worker)
     assert "--web.listen-address=10.0.0.2:9100" in worker[UNIT_FILES["node_exporter"]]  # its rail 0 address
+
+
+def unit_settings(text: str) -> dict[str, list[str]]:
+    """A unit file's [Service] keys, each with its values in order."""
+    found: dict[str, list[str]] = {}
+    for line in text.split("[Service]", 1)[1].split("\n[", 1)[0].splitlines():
+        if "=" in line and not line.startswith("#"):
+            key, _, value = line.partition("=")
+            found.setdefault(key, []).append(value)
+    return found
+
+
+@pytest.mark.parametrize("hostname", ["spark-head", "spark-worker"])
+def test_the_collector_runs_as_its_own_user_and_may_write_only_what_it_writes(hostname):
+    """The collector's sandbox (its user, ProtectSystem=strict, ReadWritePaths=) against what its
+    command line says it writes: the textfile and its own record, both in its own directory, which
+    the node exporter reads. systemd enforces the sandbox on a Spark; the lab's systemctl does not,
+    so this test holds the two together."""
+    settings = observability_settings(site("pair"), hostname)
+    unit = unit_settings(settings.files[UNIT_FILES["collector"]])
+    command = unit["ExecStart"][-1].split()
+    written = {Path(command[command.index(flag) + 1]).parent for flag in ("--out", "--state")}
+    assert unit["User"] == [COLLECTOR_USER] and unit["Group"] == [COLLECTOR_USER] and "root" not in unit["User"]
+    assert unit["ProtectSystem"] == ["strict"] and unit["NoNewPrivileges"] == ["true"] and unit["CapabilityBoundingSet"] == [""]
+    assert {Path(path) for path in unit["ReadWritePaths"]} == written == {Path(TEXTFILE_DIR)}
+    assert "docker" not in settings.files[UNIT_FILES["collector"]].lower()  # Docker's socket is root's in all but name
+    exporter = unit_settings(settings.files[UNIT_FILES["node_exporter"]])["ExecStart"][-1]
+    assert f"--collector.textfile.directory={TEXTFILE_DIR}" in exporter.split()
 
 
 def labels_of(series: str) -> dict[str, str]:

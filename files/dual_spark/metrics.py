@@ -2,15 +2,16 @@
 read back for `tasks/status.py`.
 
     metrics collect --out FILE --role ROLE --watchdog-state FILE --stack-dir DIR --state FILE
-                    --container NAME [--rail NETDEV,RDMA ...] [--interval SECONDS] [--once]
+                    [--rail NETDEV,RDMA ...] [--interval SECONDS] [--once]
         Every --interval seconds, write FILE (atomically: a temporary file beside it, renamed):
         the GPU's power, temperature, SM clock and utilisation (nvidia-smi; a GB10 reads [N/A]
         for its memory, so the unified memory comes from /proc/meminfo's MemAvailable), each
         rail's link state, speed, MTU and byte and error counters (the netdev's and, where sysfs
-        has them, its RDMA port's), the watchdog's backoff record and the starts seen in it, the
-        restarts Docker counts for the vLLM container NAME (its Engine API on /var/run/docker.sock),
-        and the state that serves (profile, image, model revision) as an info metric. A reading that
-        fails is left out, never guessed; dual_spark_collector_errors says which.
+        has them, its RDMA port's), the watchdog's backoff record (with the restarts of the vLLM
+        container it counts) and the starts seen in it, and the state that serves (profile, image,
+        model revision) as an info metric. A reading that fails is left out, never guessed;
+        dual_spark_collector_errors says which. It runs as a user of its own: it reads what others
+        may read, writes FILE's directory only, and needs neither root nor Docker.
     metrics ready --url URL [--wait SECONDS] [--after WHAT]
         Wait until Prometheus answers /-/ready; fail saying where to look when it does not.
     metrics rates --url URL [--window SECONDS]
@@ -22,10 +23,8 @@ read back for `tasks/status.py`.
 from __future__ import annotations
 
 import argparse
-import http.client
 import json
 import math
-import socket
 import subprocess
 import sys
 import time
@@ -36,7 +35,6 @@ from pathlib import Path
 
 from .atomic import write_atomically
 
-DOCKER_SOCKET = "/var/run/docker.sock"
 GPU_FIELDS = ("index", "name", "power.draw", "temperature.gpu", "clocks.sm", "utilization.gpu")
 # nvidia-smi's field -> (metric, help, factor to the metric's base unit)
 GPU_METRICS = {
@@ -203,15 +201,20 @@ def add_rail(metrics: Metrics, index: int, netdev: str, rdma: str, reading: dict
                         value)
 
 
+def count(value) -> int | None:
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
+
+
 def watchdog_record(text: str | None) -> dict | None:
-    """The watchdog's backoff record (watchdog.py's `{role}-starts`): {"failed_starts", "healthy"}."""
+    """The watchdog's backoff record (watchdog.py's `{role}-starts`): {"failed_starts", "healthy",
+    "restarts"}, restarts None where the record has no count of them."""
     try:
         record = json.loads(text or "")
     except ValueError:
         return None
-    if not isinstance(record, dict) or not isinstance(record.get("failed_starts"), int) or not isinstance(record.get("healthy"), bool):
+    if not isinstance(record, dict) or count(record.get("failed_starts")) is None or not isinstance(record.get("healthy"), bool):
         return None
-    return {"failed_starts": int(record.get("failed_starts", 0)), "healthy": bool(record.get("healthy", False))}
+    return {"failed_starts": record["failed_starts"], "healthy": record["healthy"], "restarts": count(record.get("restarts"))}
 
 
 def starts_seen(previous: dict, record: dict | None, mtime: float | None) -> dict:
@@ -228,37 +231,6 @@ def starts_seen(previous: dict, record: dict | None, mtime: float | None) -> dic
         if not record["healthy"] or seen["healthy"]:
             seen["starts"] += 1 + jumped
     return {**seen, "mtime": mtime, "healthy": record["healthy"], "failed": record["failed_starts"]}
-
-
-class DockerConnection(http.client.HTTPConnection):
-    """HTTP to Docker's Engine API on its Unix socket."""
-
-    def __init__(self, path: str, timeout: float = 10):
-        super().__init__("localhost", timeout=timeout)
-        self.socket_path = path
-
-    def connect(self) -> None:
-        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
-        self.sock.settimeout(self.timeout)
-        self.sock.connect(self.socket_path)
-
-
-def container_restarts(name: str, path: str = DOCKER_SOCKET) -> int | None:
-    """Docker's RestartCount of the container, None when there is no such container: the times it
-    ended and Docker started it again (the watchdog ending vLLM, a crash). A deploy's change makes
-    a new container, whose count starts from 0: deliberate restarts never count. OSError when
-    Docker does not answer."""
-    connection = DockerConnection(path)
-    try:
-        connection.request("GET", f"/containers/{urllib.parse.quote(name)}/json")
-        response = connection.getresponse()
-        found = json.loads(response.read()) if response.status == 200 else None
-    except (ValueError, http.client.HTTPException) as error:
-        raise OSError(f"Docker's answer: {error}") from error
-    finally:
-        connection.close()
-    count = found.get("RestartCount") if isinstance(found, dict) else None
-    return count if isinstance(count, int) and not isinstance(count, bool) and count >= 0 else None
 
 
 def served_labels(text: str | None) -> dict | None:
@@ -309,14 +281,9 @@ def collect(args, state: dict) -> tuple[str, dict]:
         metrics.add("dual_spark_watchdog_record_timestamp_seconds", "gauge", "When the watchdog last wrote its record.", role, mtime)
     metrics.add("dual_spark_watchdog_starts_total", "counter", "vLLM starts seen in the watchdog's record by this collector.", role,
                 state["starts"])
-    try:
-        restarts = container_restarts(args.container, args.docker_socket)
-    except OSError:
-        restarts = None
-        errors.append("docker")
-    if restarts is not None:
+    if record is not None and record["restarts"] is not None:
         metrics.add("dual_spark_vllm_container_restarts_total", "counter",
-                    "Docker's restarts of the vLLM container (a deploy's change makes a new one, from 0).", role, restarts)
+                    "Docker's restarts of the vLLM container (a deploy's change makes a new one, from 0).", role, record["restarts"])
     served = served_labels(read_file(Path(args.stack_dir) / "served/state.json"))
     if served is not None:
         metrics.add("dual_spark_serving_info", "gauge", "The state that serves, as the last first token recorded it.", served, 1.0)
@@ -407,14 +374,12 @@ def main(argv: list[str], prog: str) -> None:
     c.add_argument("--watchdog-state", required=True, help="the watchdog's backoff record")
     c.add_argument("--stack-dir", required=True, help="where served/state.json is")
     c.add_argument("--state", required=True, help="this collector's own record (the starts it has seen)")
-    c.add_argument("--container", required=True, help="the vLLM container's name")
     c.add_argument("--rail", action="append", default=[], help="NETDEV,RDMA of each rail, rail 0 first")
     c.add_argument("--interval", type=float, default=15)
     c.add_argument("--once", action="store_true")
     c.add_argument("--nvidia-smi", nargs="+", default=["nvidia-smi"], help=argparse.SUPPRESS)
     c.add_argument("--sysfs", default="/sys", help=argparse.SUPPRESS)
     c.add_argument("--proc", default="/proc", help=argparse.SUPPRESS)
-    c.add_argument("--docker-socket", default=DOCKER_SOCKET, help=argparse.SUPPRESS)
     r = commands.add_parser("rates")
     r.add_argument("--url", required=True)
     r.add_argument("--window", type=float, default=300)

@@ -33,7 +33,9 @@ Every status endpoint listens on the node's own fabric address only and carries 
     watchdog worker --ip WORKER_RAIL_IP --head-ip HEAD_RAIL_IP --port P --pid PID --state FILE
     watchdog wait-for-worker --worker-ip WORKER_RAIL_IP --port P --timeout S
     watchdog wait-for-head --head-ip HEAD_RAIL_IP --port P --timeout S
-    watchdog backoff --state FILE            (waits before a start when the last ones never served)
+    watchdog backoff --state FILE --container-starts FILE
+                                             (waits before a start when the last ones never served,
+                                             and counts this container's restarts into FILE)
     watchdog check --ip RAIL_IP --port P     (Docker's health check: is this side serving?)
     watchdog status --ip RAIL_IP --port P --state FILE   (one JSON line, for `tasks/status.py`)
 """
@@ -291,9 +293,30 @@ def record(state: Path, **values) -> None:
     state.write_text(json.dumps(values))
 
 
+def last_record(state: Path) -> dict:
+    try:
+        last = json.loads(state.read_text())
+    except (OSError, ValueError):
+        return {}
+    return last if isinstance(last, dict) else {}
+
+
 def healthy(state: str) -> None:
     """This run served (or joined): the next start owes no backoff."""
-    record(Path(state), failed_starts=0, healthy=True)
+    record(Path(state), **{**last_record(Path(state)), "failed_starts": 0, "healthy": True})
+
+
+def restarted(starts: Path) -> int:
+    """How many times Docker started this container again (the watchdog ending vLLM, a crash):
+    counted in a file of the container's own layer, which a restart keeps and a new container (a
+    deploy's change) starts without. The metrics collector reads it from the backoff record, so
+    that it needs no access to Docker."""
+    try:
+        count = int(starts.read_text()) + 1
+    except (OSError, ValueError):
+        count = 0
+    starts.write_text(str(count))
+    return count
 
 
 def backoff(args) -> None:
@@ -301,12 +324,9 @@ def backoff(args) -> None:
     most 5 min), so it does not hammer the other; a run that served resets it. Restarts the
     watchdog asks for after a healthy run start at once."""
     state = Path(args.state)
-    try:
-        last = json.loads(state.read_text())
-    except (OSError, ValueError):
-        last = {"failed_starts": 0, "healthy": True}
+    last = last_record(state) or {"failed_starts": 0, "healthy": True}
     failed = 0 if last.get("healthy") else last.get("failed_starts", 0) + 1
-    record(state, failed_starts=failed, healthy=False)
+    record(state, failed_starts=failed, healthy=False, restarts=restarted(Path(args.container_starts)))
     if failed:
         delay = min(300, 10 * 2 ** (failed - 1))
         log(f"the last {failed} start(s) never served: waiting {delay} s before starting again")
@@ -358,6 +378,7 @@ def main(argv: list[str], prog: str) -> None:
     g.add_argument("--timeout", type=float, default=600)
     b = commands.add_parser("backoff")
     b.add_argument("--state", required=True)
+    b.add_argument("--container-starts", required=True, help="a file in the container's own layer, not a volume")
     c = commands.add_parser("check")
     c.add_argument("--ip", required=True)
     c.add_argument("--port", type=int, required=True)

@@ -5,11 +5,8 @@ that is missing; and the textfile it writes, as the shipped archive runs it, acc
 
 import json
 import os
-import socketserver
 import subprocess
 import sys
-import threading
-from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
@@ -98,9 +95,12 @@ def test_a_rail_that_is_down_or_missing_reads_as_such(tmp_path):
 
 
 @pytest.mark.parametrize("text, record", [
-    ('{"failed_starts": 0, "healthy": true}', {"failed_starts": 0, "healthy": True}),
-    ('{"failed_starts": 3, "healthy": false}', {"failed_starts": 3, "healthy": False}),
+    ('{"failed_starts": 0, "healthy": true}', {"failed_starts": 0, "healthy": True, "restarts": None}),
+    ('{"failed_starts": 3, "healthy": false, "restarts": 4}', {"failed_starts": 3, "healthy": False, "restarts": 4}),
+    ('{"failed_starts": 0, "healthy": true, "restarts": -1}', {"failed_starts": 0, "healthy": True, "restarts": None}),
+    ('{"failed_starts": 0, "healthy": true, "restarts": true}', {"failed_starts": 0, "healthy": True, "restarts": None}),
     ("", None), ("{", None), ('["x"]', None), ('{"failed_starts": "2", "healthy": false}', None), (None, None),
+    ('{"failed_starts": -1, "healthy": false}', None),
 ])
 def test_the_watchdogs_record_is_read_or_left_out(text, record):
     assert metrics.watchdog_record(text) == record
@@ -136,9 +136,8 @@ def test_the_state_that_serves_becomes_labels():
     assert metrics.served_labels("") is None and metrics.served_labels("[]") is None
 
 
-def collect(tmp_path: Path, nvidia_smi: list[str] | None, *extra: str, docker: str | None = None) -> str:
-    """The archive's `metrics collect --once` against a fake node under ``tmp_path`` (Docker's API
-    on the socket ``docker``, or none); the textfile."""
+def collect(tmp_path: Path, nvidia_smi: list[str] | None, *extra: str) -> str:
+    """The archive's `metrics collect --once` against a fake node under ``tmp_path``; the textfile."""
     out = tmp_path / "textfile/dual-spark.prom"
     out.parent.mkdir(exist_ok=True)
     smi = ["/nonexistent/nvidia-smi"]
@@ -149,24 +148,24 @@ def collect(tmp_path: Path, nvidia_smi: list[str] | None, *extra: str, docker: s
         smi = [str(script)]
     subprocess.run([sys.executable, str(ARCHIVE), "metrics", "collect", "--out", str(out), "--role", "head", "--watchdog-state",
                     str(tmp_path / "serving/head-starts"), "--stack-dir", str(tmp_path / "stack"), "--state", str(tmp_path / "state.json"),
-                    "--container", "dual-spark-vllm", "--once", "--nvidia-smi", *smi, "--sysfs", str(tmp_path / "sys"), "--proc", str(tmp_path / "proc"),
-                    "--docker-socket", docker or str(tmp_path / "no-docker.sock"), *extra],
+                    "--once", "--nvidia-smi", *smi, "--sysfs", str(tmp_path / "sys"), "--proc", str(tmp_path / "proc"),
+                    *extra],
                    check=True, timeout=60)
     assert not [path.name for path in out.parent.iterdir() if path.name != out.name]  # no temporary file left
     return out.read_text()
 
 
-def test_the_textfile_of_a_converged_head_holds_every_reading(tmp_path, docker_api):
+def test_the_textfile_of_a_converged_head_holds_every_reading(tmp_path):
     sysfs(tmp_path / "sys", {"enp1s0f0np0": CX7, "enP2p1s0f0np0": {**CX7, "speed": "100000\n"}},
           {"rocep1s0f0": {"1": PORT}, "roceP2p1s0f0": {"1": PORT}})
     (tmp_path / "proc").mkdir()
     (tmp_path / "proc/meminfo").write_text(MEMINFO)
     (tmp_path / "serving").mkdir()
-    (tmp_path / "serving/head-starts").write_text('{"failed_starts": 2, "healthy": false}')
+    (tmp_path / "serving/head-starts").write_text('{"failed_starts": 2, "healthy": false, "restarts": 3}')
     (tmp_path / "stack/served").mkdir(parents=True)
     (tmp_path / "stack/served/state.json").write_text(json.dumps({"profile": "fast", "image": "img:1", "model": {"path": "/srv/m"},
                                                                   "model_digest": "abc"}) + "\n")
-    text = collect(tmp_path, GB10, "--rail", "enp1s0f0np0,rocep1s0f0", "--rail", "enP2p1s0f0np0,roceP2p1s0f0", docker=docker_api)
+    text = collect(tmp_path, GB10, "--rail", "enp1s0f0np0,rocep1s0f0", "--rail", "enP2p1s0f0np0,roceP2p1s0f0")
     promtool("check", "metrics", stdin=text)
     for sample in ['dual_spark_gpu_power_watts{gpu="0",name="NVIDIA GB10"} 4.31',
                    'dual_spark_gpu_sm_clock_hertz{gpu="0",name="NVIDIA GB10"} 208000000',
@@ -187,7 +186,7 @@ def test_a_node_with_nothing_to_read_still_writes_a_valid_file(tmp_path):
     text = collect(tmp_path, None, "--rail", "enp1s0f0np0,rocep1s0f0")
     promtool("check", "metrics", stdin=text)
     assert 'dual_spark_gpu_readable{state="absent"} 0' in text and 'dual_spark_collector_errors{reading="meminfo"} 1' in text
-    assert 'dual_spark_collector_errors{reading="docker"} 1' in text and "dual_spark_vllm_container_restarts_total" not in text
+    assert "dual_spark_vllm_container_restarts_total" not in text
     assert 'dual_spark_rail_present{rail="0",netdev="enp1s0f0np0"} 0' in text
     assert "dual_spark_gpu_power_watts" not in text and "dual_spark_watchdog_failed_starts" not in text
     assert "dual_spark_serving_info" not in text
@@ -197,37 +196,6 @@ def test_a_failing_nvidia_smi_is_named_not_read(tmp_path):
     text = collect(tmp_path, NVML_MISMATCH)
     assert 'dual_spark_gpu_readable{state="Failed to initialize NVML: Driver/library version mismatch"} 0' in text
     assert 'dual_spark_collector_errors{reading="gpu"} 1' in text and "dual_spark_gpu_power_watts" not in text
-
-
-@pytest.fixture
-def docker_api(tmp_path):
-    """Docker's Engine API on a Unix socket: the vLLM container, restarted 3 times; no other."""
-    class Handler(BaseHTTPRequestHandler):
-        def log_message(self, *args):
-            pass
-
-        def do_GET(self):
-            found = self.path == "/containers/dual-spark-vllm/json"
-            body = json.dumps({"Id": "4f1c", "Name": "/dual-spark-vllm", "RestartCount": 3, "State": {"Running": True}} if found
-                              else {"message": f"No such container: {self.path.split('/')[2]}"}).encode()
-            self.send_response(200 if found else 404)
-            self.send_header("Content-Type", "application/json")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-    path = tmp_path / "docker.sock"
-    server = socketserver.ThreadingUnixStreamServer(str(path), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    yield str(path)
-    server.shutdown()
-
-
-def test_the_container_restarts_are_dockers_count_none_without_the_container_and_an_error_without_docker(docker_api, tmp_path):
-    assert metrics.container_restarts("dual-spark-vllm", docker_api) == 3
-    assert metrics.container_restarts("another", docker_api) is None  # 404
-    with pytest.raises(OSError):
-        metrics.container_restarts("dual-spark-vllm", str(tmp_path / "no-docker.sock"))
 
 
 def test_a_label_value_is_escaped():

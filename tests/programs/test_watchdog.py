@@ -12,8 +12,10 @@ import threading
 import time
 import urllib.request
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from pathlib import Path
 
 import pytest
+from dual_spark.watchdog import healthy
 
 from tests.net import free_port
 from tests.programs import ARCHIVE
@@ -329,3 +331,24 @@ def test_the_head_ends_vllm_at_once_when_a_worker_restarts_or_goes(vllm, tmp_pat
     finally:
         process.kill()
         workers[0].server.shutdown()
+
+
+def test_backoff_counts_the_restarts_of_one_container_and_serving_keeps_the_count(tmp_path):
+    """Each start of the container runs backoff: the count file lives in the container's own layer,
+    so Docker's restart finds it (one more) and a new container (a deploy's change) starts from 0."""
+    state, layer = tmp_path / "head-starts", tmp_path / "layer"
+
+    def start(container: Path) -> dict:
+        container.mkdir(exist_ok=True)
+        subprocess.run([sys.executable, str(ARCHIVE), "watchdog", "backoff", "--state", str(state),
+                        "--container-starts", str(container / "starts")], check=True, timeout=30)
+        return json.loads(state.read_text())
+
+    assert start(layer) == {"failed_starts": 0, "healthy": False, "restarts": 0}
+    healthy(str(state))
+    assert json.loads(state.read_text()) == {"failed_starts": 0, "healthy": True, "restarts": 0}
+    assert start(layer) == {"failed_starts": 0, "healthy": False, "restarts": 1}  # Docker restarted it after it served
+    healthy(str(state))
+    assert start(layer)["restarts"] == 2
+    healthy(str(state))
+    assert start(tmp_path / "new-layer")["restarts"] == 0  # a new container

@@ -2,11 +2,11 @@
 # Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
 # The worker's vLLM, profile fast: shipped as a file and exec'd, so no argument is
 # quoted through nested shells (the --speculative-config JSON survives as written). Beside it runs
-# the watchdog (watchdog.py, sha256 687c61c503c9bb8d...), which ends vLLM when this side can
+# the watchdog (watchdog.py, sha256 d6e1f1bc9fe3142e...), which ends vLLM when this side can
 # no longer serve: Docker then restarts the container, with a backoff when it keeps failing to come up.
 set -eu
 watchdog() { /opt/env/bin/python /dual-spark/dual-spark.pyz watchdog "$@"; }
-watchdog backoff --state /dual-spark/state/worker-starts
+watchdog backoff --state /dual-spark/state/worker-starts --container-starts /var/tmp/dual-spark-container-starts
 watchdog worker --ip 10.10.0.2 --head-ip 10.10.0.1 --port 25001 --pid $$ \
   --state /dual-spark/state/worker-starts &
 watchdog wait-for-head --head-ip 10.10.0.1 --port 25001 --timeout 600
