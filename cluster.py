@@ -72,6 +72,7 @@ class Settings:
     container_ulimits: dict[str, int]
     container_mounts: list[str]
     container_env: dict[str, str]
+    container_secrets: dict[str, str]  # NAME: the root-only file on every node, at /run/secrets/NAME inside
     state_dir: str
     model_dir: str
     stack_dir: str

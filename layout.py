@@ -30,6 +30,7 @@ RUN_DIR = "/run/dual-spark"  # staging, gone at a reboot
 # In stack_dir: the stack files of the last state that served (a first token came), and of the
 # one that served before it, each with its state.json (what it served, since when): the way back.
 RECORDS = ("served", "rollback")
+STACK_FILES = ("compose.yaml", "launch.sh")  # in stack_dir: a node's stack
 RECORD_STATE = "state.json"
 
 # Inside a container: what compose mounts where, and what launch.sh calls (the programs' archive
@@ -40,6 +41,7 @@ IN_CONTAINER = {
     "programs": "/dual-spark/dual-spark.pyz",
     "state": "/dual-spark/state",
     "api_key": "/run/secrets/dual-spark-api-key",
+    "secrets": "/run/secrets",  # the site's container_secrets, each NAME a file here
     "model": "/model",
     # in the container's own layer, on no mount: a restart of the container keeps it, a new one starts without
     "container_starts": "/var/tmp/dual-spark-container-starts",

@@ -52,6 +52,8 @@ SHAPES = {
 }
 # What state_dir holds besides a model_dir inside it: the first name of each of layout.paths under it.
 STATE_ENTRIES = {path.split("/")[2] for path in layout.paths("/state", "/model").values() if path.startswith("/state/")}
+# What stack_dir holds: the stack's files, their previous versions, the records and the marker.
+STACK_ENTRIES = {*layout.STACK_FILES, *(f"{name}.previous" for name in layout.STACK_FILES), *layout.RECORDS, layout.MANAGED_MARKER}
 
 
 class SiteError(Exception):
@@ -498,6 +500,16 @@ class Relations:
                 if inside(mount, values[key]) or inside(values[key], mount):
                     self.error(f"{where['container_mounts']}[{index}]", mount,
                                f"{key} is {values[key]}: the deploy's own files (the API key) are never mounted into a container")
+        for name, secret in values["container_secrets"].items():
+            field = f"{where['container_secrets']}.{name}"
+            for key in ("state_dir", "model_dir"):
+                if inside(secret, values[key]):
+                    self.error(field, secret, f"{key} is {values[key]}: the deploy writes there; keep secrets in a directory of their own, "
+                               f"e.g. {schema.SECRETS_HOME}/{name}")
+            below = secret[len(stack.rstrip("/")) + 1:].split("/")[0] if inside(secret, stack) else None
+            if below in STACK_ENTRIES:
+                self.error(field, secret, f"{stack}/{below} is the deploy's own (stack_dir): keep secrets in a directory of their own, "
+                           f"e.g. {schema.SECRETS_HOME}/{name}")
         source = self.serving["model"].get("path")
         if source and (inside(model, source) or inside(source, model)):
             self.error("model.path", source, f"the weights are copied into model_dir {model}: keep the source outside it (and it outside the source)")

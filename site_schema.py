@@ -339,6 +339,40 @@ def container_device(value: str) -> str | None:
     return None
 
 
+# A secret a site gives its vLLM containers: a file of root's on every node, in a directory of the
+# deploy's name under /etc, mounted read-only at /run/secrets/NAME (operations/own.py checks it there).
+SECRET_FILE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+SECRETS_HOME = "/etc/dual-spark/secrets"
+SECRET_RULE = (f"keep it in a root-only file under {SECRETS_HOME}/ (or another directory under /etc/dual-spark or "
+               f"/etc/dual-spark-*), e.g. {SECRETS_HOME}/NAME, made with: sudo install -d -m 700 {SECRETS_HOME} && "
+               f"sudo sh -c 'umask 077 && cat > {SECRETS_HOME}/NAME'")
+
+
+def secret_name(value: str) -> str | None:
+    """The file name a secret has in the container, /run/secrets/NAME: never the deploy's own."""
+    if not SECRET_FILE_NAME.fullmatch(value):
+        return "name the secret with 1 to 64 letters, digits and '_.-', starting with a letter or digit (it is /run/secrets/NAME in the container)"
+    if value.lower().startswith("dual-spark"):
+        return "names starting with dual-spark are the deploy's own (/run/secrets/dual-spark-api-key): choose another"
+    return None
+
+
+def secret_file(value: str) -> str | None:
+    """Where a secret lives on every node: a file in a directory of the deploy's name under /etc,
+    never a home, a shared directory or the secret itself."""
+    if not value.startswith("/"):
+        return f"name the file that holds the secret on every node (an absolute path), not the secret itself: {SECRET_RULE}"
+    problem = absolute_path(value)
+    if problem:
+        return problem
+    if in_home(value) is not None:
+        return f"a home is its user's to change, and the deploy reads no secret from one: {SECRET_RULE}"
+    top = own_top(value)
+    if not (value.startswith("/etc/") and top and top != value):
+        return SECRET_RULE
+    return None
+
+
 MODEL_SOURCES = ("/home", "/srv", "/data", "/mnt", "/media", "/opt")
 
 
@@ -606,6 +640,8 @@ SETTINGS = {
                              item=Key(int, "use a whole number", between(-1, 2**62, "use -1 (unlimited) or a limit of 0 or more"))),
     "container_mounts": Key(list, "use a list of absolute host paths", item=text(container_mount)),
     "container_env": env_table("container_env"),
+    "container_secrets": Key(dict, f"write secrets as a table of NAME = \"{SECRETS_HOME}/NAME\"",
+                             names=Key(str, "use a name", secret_name), item=text(secret_file)),
     "state_dir": text(owned_directory),
     "model_dir": text(owned_directory),
     "stack_dir": text(owned_directory),

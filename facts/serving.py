@@ -1,5 +1,5 @@
 """Readings of a node's serving stack: its files, its container, the RoCE GID it must name, the
-model's attention heads."""
+model's attention heads, the site's secret files (who owns them, never what they hold)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ from typing import TypedDict
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from facts.combine import combined, part, split
+from facts.combine import combined, part, read_lines, split
 from facts.fabric import Rdma, RdmaDevices
 from layout import CONTAINER, LABELS, RECORD_STATE, RECORDS
 
@@ -224,3 +224,80 @@ class ModelHeads(FactBase[Heads]):
 def count(value) -> int | None:
     """A positive head count, else None."""
     return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+class Holder(TypedDict):
+    path: str
+    mode: str
+    owner: str
+
+
+class SecretFile(TypedDict):
+    kind: str  # stat's name for it, not following a link ("regular file", "symbolic link", ...), or "absent"
+    mode: str | None
+    owner: str | None
+    directory: str | None  # where realpath resolves its directory (None: absent)
+    above: list[Holder]  # its directory and every one above it, up to /
+
+
+class Secrets(TypedDict):
+    files: dict[str, SecretFile]
+    unreadable: list[str]
+
+
+class SecretFiles(FactBase[Secrets]):
+    """
+    Who owns each secret file in ``paths`` and every directory above it, and their modes, as
+    `stat` says without following a link; never what a file holds (not even its hash).
+
+    .. code:: python
+
+        {"files": {"/etc/dual-spark/secrets/wandb": {
+            "kind": "regular file", "mode": "600", "owner": "root", "directory": "/etc/dual-spark/secrets",
+            "above": [{"path": "/etc/dual-spark/secrets", "mode": "700", "owner": "root"},
+                      {"path": "/etc/dual-spark", "mode": "755", "owner": "root"}, {"path": "/etc", "mode": "755", "owner": "root"},
+                      {"path": "/", "mode": "755", "owner": "root"}]}},
+         "unreadable": []}
+    """
+
+    @staticmethod
+    def default() -> Secrets:
+        return {"files": {}, "unreadable": []}
+
+    def command(self, paths: list[str]) -> StringCommand:
+        return StringCommand(
+            "for p in", *(QuoteString(p) for p in paths), "; do", 'echo "path $p";',
+            "stat -c 'file %a %U %F' -- \"$p\" 2>/dev/null;", 'd=$(dirname -- "$p");',
+            'echo "directory $(realpath -e -- "$d" 2>/dev/null)";',
+            "while :; do stat -c 'above %a %U %n' -- \"$d\" 2>/dev/null;", '[ "$d" = / ] && break; d=$(dirname -- "$d"); done;',
+            "done",
+        )
+
+    def process(self, output: list[str]) -> Secrets:
+        files: dict[str, SecretFile] = {}
+        current: list[SecretFile] = []
+
+        def parse(line: str) -> None:
+            kind, _, rest = line.partition(" ")
+            if kind == "path" and rest.startswith("/"):
+                files[rest] = {"kind": "absent", "mode": None, "owner": None, "directory": None, "above": []}
+                current[:] = [files[rest]]
+                return
+            info = current[0]
+            if kind == "file":
+                mode, owner, what = rest.split(" ", 2)
+                if not mode.isdigit():
+                    raise ValueError(line)
+                info.update({"kind": what, "mode": mode, "owner": owner})
+            elif kind == "directory":
+                info["directory"] = rest or None
+            elif kind == "above":
+                mode, owner, path = rest.split(" ", 2)
+                if not mode.isdigit() or not path.startswith("/"):
+                    raise ValueError(line)
+                info["above"].append({"path": path, "mode": mode, "owner": owner})
+            else:
+                raise ValueError(line)
+
+        unreadable = read_lines(output, parse)
+        return {"files": files, "unreadable": unreadable}

@@ -40,6 +40,9 @@ container_devices = ["/dev/infiniband"]
 container_ulimits = {"memlock": -1, "stack": 67108864, "nofile": 1048576}
 container_mounts = []  # host paths mounted read-only, at the same path, into every runtime container
 container_env = {}  # more environment for every runtime container (the hub fetch keeps its own HF_HOME, HF_XET_*)
+# secrets for every vLLM container: NAME = a root-only file (mode 600 or 400) on every node under
+# /etc/dual-spark/secrets/, mounted read-only at /run/secrets/NAME, never in the environment
+container_secrets = {}
 
 # Runtime artifacts: everything dual-spark keeps on the nodes lives under state_dir
 state_dir = "/var/lib/dual-spark"

@@ -18,7 +18,7 @@ from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand
 
 from layout import MANAGED_MARKER
-from site_schema import own_top
+from site_schema import SECRETS_HOME, own_top
 
 # What an earlier version of the deploy (which marked no state_dir or stack_dir) left in one: such
 # a directory, root-owned and not a link, is adopted (marked) instead of refused.
@@ -258,3 +258,50 @@ def entry_claimed(store: str, entry: str, user: str) -> StringCommand:
                          "not_real", quoted, "model_dir;", "closed", quoted, "||", "foreign", quoted, "model_dir;", "marked", quoted, "||",
                          "not_ours", quoted, "model_dir;", "else", "sudo", "-n", "-u",
                          QuoteString(user), "sh", "-c", QuoteString(make), "-", quoted, "||", "exit", "1;", "fi;", "}")
+
+
+# The site's secrets (container_secrets): files of root's that only root can read, in directories
+# only root can change, all the way up. The deploy reads who owns them, never what they hold.
+SECRET_MODES = ("600", "400")
+
+
+def secret_fix(path: str) -> str:
+    return f"sudo chown root: {path} && sudo chmod 600 {path}"
+
+
+def secret_refusal(name: str, path: str, info: dict | None) -> str | None:
+    """Why the secret file ``path`` (SecretFiles' reading of it) may not be mounted, naming its
+    owner and mode and the fix; None when it is a regular file of root's, mode 600 or 400, no
+    link on its way, in directories only root can change."""
+    field = f"container_secrets.{name} = {path}"
+    if info is None or info["kind"] == "absent":
+        return (f"{field} does not exist here: put the secret there on every node, root's, mode 600 "
+                f"(sudo install -d -m 700 {posixpath.dirname(path)} && sudo sh -c 'umask 077 && cat > {path}'), or drop {name}")
+    if info["kind"] != "regular file":
+        return f"{field} is a {info['kind']}: the deploy mounts a regular file only, never through a link. Put the secret itself at {path}"
+    if info["directory"] != posixpath.dirname(path):
+        return (f"{field} lies under a symbolic link (its directory is {info['directory']}): name the file by its real path "
+                "in site.toml (container_secrets)")
+    if info["owner"] != "root" or info["mode"] not in SECRET_MODES:
+        return (f"{field} is {info['owner']}'s, mode {info['mode']}: a secret must be root's and read by root alone. "
+                f"Fix: {secret_fix(path)}")
+    for above in info["above"]:
+        if not trusted(above, "root"):
+            return (f"{field} is in {above['path']}, {above['owner']}'s, mode {above['mode']}: a user other than root could "
+                    f"replace the secret. Fix: sudo chown root: {above['path']} && sudo chmod go-w {above['path']}, "
+                    f"or keep the secret under {SECRETS_HOME}")
+    return None
+
+
+def sealed(secrets: dict[str, str]) -> StringCommand:
+    """Shell that goes on only if every secret file is still as ``secret_refusal`` wants it (the
+    guard of the command that mounts them, so no path is trusted from an earlier reading)."""
+    parts: list = [checks("root"),
+                   'secret() { regular "$1" && [ "$(stat -c %u -- "$1")" = 0 ] && case "$(stat -c %a -- "$1")" in '
+                   f'{"|".join(SECRET_MODES)}) ;; *) return 1;; esac && d=$(dirname -- "$1") && real "$d" && '
+                   'while closed "$d"; do [ "$d" = / ] && return 0; d=$(dirname -- "$d"); done; return 1; };']
+    for name, path in sorted(secrets.items()):
+        parts += ["secret", QuoteString(path), "||", "no", QuoteString(
+            f"container_secrets.{name} = {path} is not a regular file of root's, mode 600 or 400, in directories only root can "
+            f"change: nothing was started. Fix: {secret_fix(path)} (and sudo chmod go-w on each directory above it)"), ";"]
+    return StringCommand(*parts)

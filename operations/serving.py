@@ -15,8 +15,8 @@ from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringComm
 from checks.serving import heads_refusal
 from cluster import Cluster
 from facts.runtime import ImageState
-from facts.serving import ModelHeads
-from layout import RUN_DIR, STOP_TIMEOUT
+from facts.serving import ModelHeads, SecretFiles
+from layout import RUN_DIR, STACK_FILES, STOP_TIMEOUT
 from operations.handover import (
     cluster_stacks,
     own,
@@ -28,12 +28,11 @@ from operations.handover import (
     starts,
     way_back,
 )
-from operations.own import claimed
-from operations.peer import acts_here
+from operations.own import claimed, sealed, secret_refusal
+from operations.peer import acts_here, reachable, read_all
 from operations.readings import Reading, plans, read
 from operations.render import show_diff
 from operations.stack import (
-    FILES,
     SPECULATIVE_FIELDS,
     Stack,
     StackSettings,
@@ -50,7 +49,27 @@ STAGING = f"{RUN_DIR}/stack-check"
 @plans
 def readings(cluster: Cluster, name: str) -> list[Reading]:
     settings = stack_settings(cluster, name)
-    return [(ImageState, {"tag": settings.image.tag, "marker": settings.smoke_marker}), (ModelHeads, {"model_dir": settings.model_dir})]
+    return [(ImageState, {"tag": settings.image.tag, "marker": settings.smoke_marker}), (ModelHeads, {"model_dir": settings.model_dir}),
+            *([(SecretFiles, {"paths": secret_paths(settings)})] if settings.secrets else [])]
+
+
+def secret_paths(settings: StackSettings) -> list[str]:
+    return [settings.secrets[name] for name in sorted(settings.secrets)]
+
+
+def secrets_sealed(stacks: list[StackSettings]) -> None:
+    """Refuse, before anything stops or changes, a secret file of the site's (container_secrets)
+    that is not root's alone on any of the nodes ``stacks`` names that answer (operations/own.py)."""
+    settings = own(stacks)
+    if not settings.secrets:
+        return
+    names = [other.hostname for other in stacks if other.hostname != host.name]
+    readings = read_all(SecretFiles, [reachable(name) for name in names], paths=secret_paths(settings))
+    for name, reading in zip([host.name, *names], readings):
+        for secret, path in sorted(settings.secrets.items()):
+            refusal = reading is not None and secret_refusal(secret, path, reading["files"].get(path))
+            if refusal:
+                raise OperationError(f"{name}: {refusal}. Nothing was stopped or changed.")
 
 
 def heads_divided(settings: StackSettings) -> None:
@@ -91,15 +110,15 @@ def install(stack: Stack, reading: dict, stack_dir: str):
     """Stage both files, check them with the real `docker compose config`, keep the previous
     ones, install into stack_dir only if it is the deploy's (claimed by tasks/runtime.py: a real
     directory holding its marker; never made here). Nothing is installed if a check fails."""
-    for name, text in zip(FILES, (stack.compose, stack.launch)):
+    for name, text in zip(STACK_FILES, (stack.compose, stack.launch)):
         show_diff(f"{stack_dir}/{name}", reading["compose" if name == "compose.yaml" else "launch"], text)
     yield StringCommand("rm", "-rf", STAGING, "&&", "mkdir", "-p", STAGING)
-    for name, text in zip(FILES, (stack.compose, stack.launch)):
+    for name, text in zip(STACK_FILES, (stack.compose, stack.launch)):
         staged = f"{STAGING}/{name}"
         yield from upload(StringIO(text), staged)
     yield StringCommand("chmod", "755", f"{STAGING}/launch.sh", "&&", "docker", "compose", "-f", f"{STAGING}/compose.yaml",
                         "config", "-q")
-    for name in FILES:
+    for name in STACK_FILES:
         target = QuoteString(f"{stack_dir}/{name}")
         yield StringCommand(claimed(stack_dir, "stack_dir"), "&&", "{", "test", "!", "-f", target, "||", "cp", "-p", target,
                             StringCommand(target, '.previous', _separator=""), ";", "}", "&&",
@@ -113,7 +132,8 @@ def head_stopped_for_change(stacks: list[StackSettings]):
     On the head: stop its vLLM when any node's stack is about to change or a worker is not
     running its current one, so the workers restart with no head waiting on a dead session.
     Refuses first, stopping nothing, a tensor parallel the model's attention heads do not divide,
-    and a profile's speculative key the image's vLLM lacks.
+    a profile's speculative key the image's vLLM lacks, and a secret file (container_secrets) that
+    is not root's alone on any node.
 
     + stacks: every node's stack settings (``stack_settings``), in rank order
 
@@ -128,6 +148,7 @@ def head_stopped_for_change(stacks: list[StackSettings]):
     settings = own(stacks)
     heads_divided(settings)
     image_supports(settings)
+    secrets_sealed(stacks)
     readings = read_cluster(stacks, "restarting the serving cluster")
     if None in readings:
         return
@@ -149,8 +170,9 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
     (operations/records.py). When no token comes, every node returns to the state that served
     before (``rollback``), and the step fails saying why. The head's API key is made on the first
     run (a random token, in a file only the deploy user reads; it never leaves the head). A tensor
-    parallel the model's attention heads do not divide, or a speculative key the image's vLLM
-    lacks, is refused before anything is installed.
+    parallel the model's attention heads do not divide, a speculative key the image's vLLM lacks,
+    or a secret file that is not root's alone, is refused before anything is installed; the
+    secrets are checked again in the command that starts the stack.
 
     + role: the nodes this step starts ("worker" or "head")
     + stacks: every node's stack settings (``stack_settings``), in rank order
@@ -169,6 +191,7 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
     settings = own(stacks)
     heads_divided(settings)
     image_supports(settings)
+    secrets_sealed([settings])
     readings = read_cluster(stacks, "starting the serving cluster")
     mine = readings[settings.rank]
     wanted, everywhere = cluster_stacks(stacks, readings)
@@ -196,7 +219,8 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
         return
     # a start the deploy makes is no crash loop: it owes no backoff (the watchdog's record of failed starts)
     yield StringCommand("rm", "-f", QuoteString(f"{settings.restarts_dir}/{settings.role}-starts"))
-    yield compose(settings.stack_dir, "up", "-d", "--force-recreate", "--remove-orphans", "--timeout", str(STOP_TIMEOUT))
+    up = compose(settings.stack_dir, "up", "-d", "--force-recreate", "--remove-orphans", "--timeout", str(STOP_TIMEOUT))
+    yield StringCommand(sealed(settings.secrets), up) if settings.secrets else up
     if head:
         back, back_what = way_back(stacks, readings, cluster, "served") if rollback else (None, "rollback_on_failure is false")
         yield FunctionCommand(served_or_rolled_back, (

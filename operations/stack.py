@@ -19,7 +19,6 @@ from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, STOP_TIMEOU
 from operations.render import render
 from programs import digest
 
-FILES = ("compose.yaml", "launch.sh")
 # A profile's keys that vLLM's --speculative-config takes as these SpeculativeConfig fields, only
 # when the profile sets them (the image must have the field: image_supports).
 SPECULATIVE_FIELDS = {"speculative_schedule": "num_speculative_tokens_per_batch_size",
@@ -105,6 +104,7 @@ class StackSettings:
     ulimits: dict[str, int]
     mounts: list[str]
     container_env: dict[str, str]
+    secrets: dict[str, str]  # NAME: the root-only file on the node
     model_dir: str
     stack_dir: str
     api_key_file: str
@@ -131,7 +131,8 @@ def stack_settings(cluster: Cluster, hostname: str) -> StackSettings:
         speculative_options=settings.speculative_options, generation_config=settings.generation_config,
         vllm_extra_args=settings.vllm_extra_args, serving_env=settings.serving_env,
         gpus=settings.container_gpus, devices=settings.container_devices, ulimits=settings.container_ulimits,
-        mounts=settings.container_mounts, container_env=settings.container_env, model_dir=model_dir,
+        mounts=settings.container_mounts, container_env=settings.container_env, secrets=settings.container_secrets,
+        model_dir=model_dir,
         stack_dir=settings.stack_dir, api_key_file=where["api_key"],
         deploy_user=cluster.deploy_user, manifest=where["manifest"],
         smoke_marker=smoke_marker(settings.state_dir, cluster.image.tag),
@@ -202,6 +203,7 @@ def compose_stack(settings: StackSettings, env: dict[str, str], stack_hash: str,
         f"{settings.restarts_dir}:{inside['state']}",
         *([f"{settings.api_key_file}:{inside['api_key']}:ro"] if role == "head" else []),
         *(f"{path}:{path}:ro" for path in settings.mounts),
+        *(f"{path}:{inside['secrets']}/{name}:ro" for name, path in sorted(settings.secrets.items())),
     ]
     service["environment"] = {name: value.replace("$", "$$") for name, value in env.items()}  # compose reads $ as its own
     service["entrypoint"] = [inside["launch"]]

@@ -5,17 +5,20 @@ the command itself (the second line), whatever the reading said, and left as it 
 
 import os
 import pwd
+import shutil
 import subprocess
+import tempfile
 from pathlib import Path
 
 import pytest
-from pyinfra.api import OperationError
+from pyinfra.api import OperationError, QuoteString, StringCommand
 
 import operations.own as own
 import site_schema
 from facts.host_prep import ManagedPaths
+from facts.serving import SecretFiles
 from layout import MANAGED_MARKER
-from operations.own import NAMES, Claim, claim_command, plan, reading_paths
+from operations.own import NAMES, Claim, claim_command, plan, reading_paths, sealed
 from tests.fake_host import FakeHost
 
 ME = pwd.getpwuid(os.getuid()).pw_name  # the deploy user of these tests (chown to it needs no root)
@@ -224,3 +227,87 @@ def test_a_data_disk_directory_in_another_users_directory_is_refused(node):
     result = sh(claim_command(claims, claims))
     assert result.returncode == 1 and f"{node}/srv/bob is nobody's, mode 755" in result.stderr
     assert list((node / "srv/bob").iterdir()) == [] and not (node / "var/lib/dual-spark").exists()
+
+
+# The site's secrets (container_secrets): read by the real SecretFiles command, judged by
+# secret_refusal; the command that mounts them guarded by sealed(), run by a real shell.
+
+def secret_reading(paths: list[str]) -> dict:
+    fact = SecretFiles()
+    reading = fact.process(sh(fact.command(paths)).stdout.splitlines())
+    assert reading["unreadable"] == [], reading
+    return reading["files"]
+
+
+def guarded(secrets: dict[str, str], started: Path) -> subprocess.CompletedProcess:
+    """The guard, then what it guards (here: a file made), as stack_up yields them."""
+    return sh(StringCommand(sealed(secrets), "touch", QuoteString(str(started))))
+
+
+@pytest.mark.parametrize("plant, refusal", [
+    (lambda f: (f.write_text("s3cret\n"), f.chmod(0o644)), f"is {ME}'s, mode 644: a secret must be root's and read by root alone. "
+                                                          "Fix: sudo chown root: {f} && sudo chmod 600 {f}"),
+    (lambda f: (f.write_text("s3cret\n"), f.chmod(0o640)), f"is {ME}'s, mode 640"),
+    (lambda f: f.symlink_to("/etc/passwd"), "is a symbolic link: the deploy mounts a regular file only"),
+    (lambda f: f.mkdir(), "is a directory: the deploy mounts a regular file only"),
+    (lambda f: f.parent.chmod(0o777), "does not exist here"),
+])
+def test_a_planted_secret_file_is_refused_by_the_plan_and_by_the_guard(tmp_path, plant, refusal):
+    """A file that is not root's alone is refused, naming its owner and mode and the fix, and the
+    guarded command does not run. (In a temporary directory, even a file of root's is refused by
+    its directories, which the case before it on a real node shows.)"""
+    secrets = tmp_path / "secrets"
+    secrets.mkdir()
+    secret, started = secrets / "wandb", tmp_path / "started"
+    plant(secret)
+    found = own.secret_refusal("wandb", str(secret), secret_reading([str(secret)]).get(str(secret)))
+    assert found is not None and found.startswith(f"container_secrets.wandb = {secret} ")
+    assert refusal.replace("{f}", str(secret)) in found
+    result = guarded({"wandb": str(secret)}, started)
+    assert result.returncode == 1 and not started.exists()
+    assert result.stderr.strip() == (f"container_secrets.wandb = {secret} is not a regular file of root's, mode 600 or 400, in "
+                                     f"directories only root can change: nothing was started. Fix: sudo chown root: {secret} && "
+                                     f"sudo chmod 600 {secret} (and sudo chmod go-w on each directory above it)")
+
+
+@pytest.mark.as_root
+def test_a_secret_in_a_shared_directory_is_refused_by_that_directory(tmp_path):
+    """Mode 600 and root's is not enough in a directory another user can change (here /tmp's, or
+    the test's own): the file could be swapped."""
+    secret = tmp_path / "wandb"
+    secret.write_text("s3cret\n")
+    secret.chmod(0o600)
+    found = own.secret_refusal("wandb", str(secret), secret_reading([str(secret)])[str(secret)])
+    assert found is not None and "a user other than root could replace the secret" in found
+
+
+@pytest.fixture
+def sealed_dir():
+    """A directory only root can change, every directory above it too (under /run, as on a node)."""
+    directory = Path(tempfile.mkdtemp(dir="/run", prefix="dual-spark-secret-test-"))
+    yield directory
+    shutil.rmtree(directory)
+
+
+@pytest.mark.as_root
+def test_a_root_only_secret_is_taken_and_the_same_file_of_another_owner_refused(sealed_dir, tmp_path):
+    secret, started = sealed_dir / "wandb", tmp_path / "started"
+    secret.write_text("s3cret\n")
+    for mode in (0o600, 0o400):
+        secret.chmod(mode)
+        assert own.secret_refusal("wandb", str(secret), secret_reading([str(secret)])[str(secret)]) is None
+        assert guarded({"wandb": str(secret)}, started).returncode == 0 and started.exists()
+        started.unlink()
+    os.chown(secret, 65534, 65534)
+    found = own.secret_refusal("wandb", str(secret), secret_reading([str(secret)])[str(secret)])
+    assert f"{secret} is nobody's, mode 400" in found and f"sudo chown root: {secret} && sudo chmod 600 {secret}" in found
+    assert guarded({"wandb": str(secret)}, started).returncode == 1 and not started.exists()
+    os.chown(secret, 0, 0)
+    inner = sealed_dir / "inner"
+    inner.mkdir(mode=0o700)
+    (inner / "key").write_text("k\n")
+    (inner / "key").chmod(0o600)
+    os.chown(inner, 65534, 65534)  # the file root's, its directory another user's: the file could be swapped
+    found = own.secret_refusal("key", str(inner / "key"), secret_reading([str(inner / "key")])[str(inner / "key")])
+    assert f"is in {inner}, nobody's, mode 700: a user other than root could replace the secret" in found
+    assert guarded({"key": str(inner / "key")}, started).returncode == 1 and not started.exists()

@@ -515,6 +515,25 @@ SECRET_MISTAKES = [
     (with_("settings.node_exporter_port", 443), "settings.node_exporter_port", "1024 or above"),
     (with_("settings.grafana_port", 1023), "settings.grafana_port", "1024 or above"),
     (with_("settings.api_port", 3000, with_("settings.grafana_image", DIGEST)), "settings.grafana_port", "api_port uses that port already"),
+    # a container's secret: a root-only file under /etc/dual-spark, named by its path, never the secret itself
+    (with_("settings.container_secrets", {"wandb": "secrets/wandb"}), "settings.container_secrets.wandb", "an absolute path"),
+    (with_("settings.container_secrets", {"wandb": "0123456789abcdef0123"}), "settings.container_secrets.wandb", "not the secret itself"),
+    (with_("settings.container_secrets", {"hub": TOKEN}), "settings.container_secrets.hub", "not the secret itself"),
+    (with_("settings.container_secrets", {"wandb": "/home/spark/.wandb-key"}), "settings.container_secrets.wandb", "a home is its user's"),
+    (with_("settings.container_secrets", {"wandb": "/root/wandb"}), "settings.container_secrets.wandb", "a home is its user's"),
+    (with_("settings.container_secrets", {"wandb": "/tmp/wandb"}), "settings.container_secrets.wandb", "/etc/dual-spark/secrets/NAME"),
+    (with_("settings.container_secrets", {"shadow": "/etc/shadow"}), "settings.container_secrets.shadow", "/etc/dual-spark/secrets/NAME"),
+    (with_("settings.container_secrets", {"wandb": "/etc/dual-spark"}), "settings.container_secrets.wandb", "/etc/dual-spark/secrets/NAME"),
+    (with_("settings.container_secrets", {"wandb": "/var/lib/dual-spark/wandb"}), "settings.container_secrets.wandb", "/etc/dual-spark/secrets/NAME"),
+    (with_("settings.container_secrets", {"wandb": "/etc/dual-spark/secrets/../../shadow"}), "settings.container_secrets.wandb", "normalised"),
+    (with_("settings.container_secrets", {"../x": "/etc/dual-spark/secrets/x"}), "settings.container_secrets", "/run/secrets/NAME"),
+    (with_("settings.container_secrets", {"a b": "/etc/dual-spark/secrets/x"}), "settings.container_secrets", "/run/secrets/NAME"),
+    (with_("settings.container_secrets", {"dual-spark-api-key": "/etc/dual-spark/secrets/x"}), "settings.container_secrets", "the deploy's own"),
+    (with_("settings.container_secrets", {"x": "/etc/dual-spark/compose.yaml"}), "settings.container_secrets.x", "is the deploy's own (stack_dir)"),
+    (with_("settings.container_secrets", {"x": "/etc/dual-spark/served/x"}), "settings.container_secrets.x", "is the deploy's own (stack_dir)"),
+    (with_("settings.container_secrets", {"x": "/etc/dual-spark-state/x"}, with_("settings.state_dir", "/etc/dual-spark-state")),
+     "settings.container_secrets.x", "state_dir is /etc/dual-spark-state"),
+    (with_("settings.container_secrets", ["/etc/dual-spark/secrets/x"]), "settings.container_secrets", "NAME = "),
 ]
 
 
@@ -553,6 +572,10 @@ SECRET_NEIGHBOURS = [
     (with_("settings.api_port", 9090, with_("settings.observability", False)), lambda c: c.settings.api_port, 9090),
     (with_("settings.api_port", 80), lambda c: c.settings.api_port, 80),
     (with_("settings.prometheus_port", 1024), lambda c: c.settings.prometheus_port, 1024),
+    (with_("settings.container_secrets", {"wandb": "/etc/dual-spark/secrets/wandb", "S3.key_2": "/etc/dual-spark-keys/s3/key",
+                                          "x": "/etc/dual-spark/x"}),
+     lambda c: c.settings.container_secrets, {"wandb": "/etc/dual-spark/secrets/wandb", "S3.key_2": "/etc/dual-spark-keys/s3/key",
+                                              "x": "/etc/dual-spark/x"}),
 ]
 
 

@@ -122,3 +122,29 @@ def test_a_dollar_in_an_environment_value_reaches_the_container_as_written():
     service = yaml.safe_load(compose_file(settings, environment(settings, 3), "abc", "def"))["services"]["vllm"]
     assert service["environment"]["X"] == "a$$HOME$${PATH}$$$$"
     assert all("$" not in value for name, value in service["environment"].items() if name != "X")
+
+
+def test_a_secret_is_mounted_read_only_by_its_path_and_nothing_else_names_it():
+    """container_secrets, through the real parse: each file mounted read-only at /run/secrets/NAME
+    on every node; in no environment value, argument or label."""
+    from operations.stack import desired, stack_settings
+
+    secrets = {"wandb": "/etc/dual-spark/secrets/wandb", "s3": "/etc/dual-spark-keys/s3"}
+    cluster = site("pair", {"container_secrets": secrets})
+    for name in ("spark-head", "spark-worker"):
+        stack = desired(stack_settings(cluster, name), 3, "d" * 64)
+        service = yaml.safe_load(stack.compose)["services"]["vllm"]
+        assert service["volumes"][-2:] == ["/etc/dual-spark-keys/s3:/run/secrets/s3:ro", "/etc/dual-spark/secrets/wandb:/run/secrets/wandb:ro"]
+        assert stack.compose.count("/etc/dual-spark/secrets/wandb") == 1 and "secrets/wandb" not in stack.launch
+        assert not any("secret" in str(value) for value in [*service["environment"].values(), *service["labels"].values()])
+
+
+def test_a_secrets_content_is_in_no_rendered_file(tmp_path):
+    """The deploy names a secret's file and never reads it: its content is in neither file."""
+    from operations.stack import desired
+
+    secret = tmp_path / "wandb"
+    secret.write_text("s3cret-4f1c9b\n")
+    stack = desired(dataclasses.replace(head_stack(), secrets={"wandb": str(secret)}), 3, "d" * 64)
+    assert f"{secret}:/run/secrets/wandb:ro" in yaml.safe_load(stack.compose)["services"]["vllm"]["volumes"]
+    assert "s3cret-4f1c9b" not in stack.compose + stack.launch
