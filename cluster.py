@@ -57,6 +57,9 @@ class Settings:
     api_host: str
     api_port: int
     api_public: bool
+    vllm_port: int
+    door_drain_seconds: int
+    door_metrics_port: int
     master_port: int
     watchdog_port: int
     block_size: int

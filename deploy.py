@@ -1,6 +1,6 @@
 """Converge every Spark of the site (a pair on one cable, or N through a switch): host
-preparation, identity, the QSFP fabric, SSH trust, runtime artifacts, the serving stacks,
-observability (Prometheus, the node exporters, their rules), then verification.
+preparation, identity, the QSFP fabric, SSH trust, runtime artifacts, the serving stacks, the
+front door, observability (Prometheus, the node exporters, their rules), then verification.
 
     pyinfra inventory.py deploy.py          # shows the changes, asks, applies, verifies
     pyinfra --dry inventory.py deploy.py    # shows the changes only
@@ -17,5 +17,6 @@ local.include("tasks/fabric.py")
 local.include("tasks/ssh_trust.py")
 local.include("tasks/runtime.py")
 local.include("tasks/serving.py")
+local.include("tasks/door.py")
 local.include("tasks/observability.py")
 local.include("tasks/verify.py")

@@ -51,7 +51,7 @@ IN_CONTAINER = {
 # setting that governs it: a site's vllm_extra_args may not set one again (site_schema.py), and
 # tests/test_layout.py holds this table to what vllm_args writes.
 VLLM_FLAGS = {
-    "--served-model-name": "model.served_name", "--host": "api_host", "--port": "api_port",
+    "--served-model-name": "model.served_name", "--host": "the front door (vLLM listens on loopback behind it)", "--port": "vllm_port",
     "--trust-remote-code": "the deploy (always on)", "--tensor-parallel-size": "the profile's tensor_parallel",
     "--pipeline-parallel-size": "the profile's pipeline_parallel", "--kv-cache-dtype": "the profile's kv_cache_dtype",
     "--block-size": "block_size", "--max-model-len": "the profile's max_model_len", "--max-num-seqs": "the profile's max_num_seqs",
@@ -71,7 +71,7 @@ VLLM_FLAGS = {
 # the API off its address and --config reads any flag from a file.
 VLLM_FLAG_ALIASES = {
     "--api-key": "the API key file (state_dir/api-key), which the deploy makes and hands to vLLM",
-    "--hf-token": "hf_token_file, read by the hub fetch only", "--model": "[model]", "--uds": "api_host and api_port",
+    "--hf-token": "hf_token_file, read by the hub fetch only", "--model": "[model]", "--uds": "vllm_port",
     "--config": "the site file", "-tp": VLLM_FLAGS["--tensor-parallel-size"], "-pp": VLLM_FLAGS["--pipeline-parallel-size"],
     "-n": VLLM_FLAGS["--nnodes"], "-r": VLLM_FLAGS["--node-rank"], "-sc": VLLM_FLAGS["--speculative-config"],
     "--device-memory-utilization": VLLM_FLAGS["--gpu-memory-utilization"],
@@ -97,7 +97,18 @@ UNIT_FILES = {
     "node_exporter": "/etc/systemd/system/prometheus-node-exporter.service.d/50-dual-spark.conf",
     "collector": "/etc/systemd/system/dual-spark-metrics.service",
 }
-SCRAPE_JOBS = {"vllm": "vllm", "node": "node", "prometheus": "prometheus"}
+# The front door (tasks/door.py, docs/front-door.md): the OS's HAProxy on the head, run by a
+# drop-in of its Debian unit with the deploy's configuration; vLLM listens behind it on loopback.
+VLLM_HOST = "127.0.0.1"
+DOOR = {
+    "unit": "haproxy",
+    "package": "haproxy",
+    "dir": "/etc/haproxy/dual-spark",  # haproxy.cfg and hold.lua, the deploy's
+    "files": ("haproxy.cfg", "hold.lua"),
+    "dropin": "/etc/systemd/system/haproxy.service.d/50-dual-spark.conf",
+    "socket": "/run/haproxy-dual-spark.sock",  # its runtime API, root's only: the drain before a planned stop
+}
+SCRAPE_JOBS = {"vllm": "vllm", "node": "node", "prometheus": "prometheus", "door": "door"}
 GRAFANA_PROJECT = "dual-spark-grafana"
 GRAFANA_DATASOURCE_UID = "dual-spark-prometheus"
 

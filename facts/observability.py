@@ -5,10 +5,11 @@ from __future__ import annotations
 
 from typing import TypedDict
 
-from pyinfra.api import FactBase, QuoteString, StringCommand
+from pyinfra.api import FactBase, StringCommand
 
-from facts.combine import combined, read_lines, split
+from facts.combine import combined, split
 from facts.host_prep import FileDigests, Files, Packages, PackageStatus
+from facts.units import Service, units_command, units_read
 from layout import COLLECTOR_USER, GRAFANA_PROJECT, PROMETHEUS_DIR, TEXTFILE_DIR, UNIT_FILES, UNITS
 
 PACKAGES = {"head": ["prometheus", "prometheus-node-exporter"], "worker": ["prometheus-node-exporter"]}
@@ -25,11 +26,6 @@ def config_paths(role: str) -> list[str]:
     """The files the deploy writes for observability on a node of ``role``, and the collector's directory."""
     units = [UNIT_FILES["prometheus"]] * (role == "head") + [UNIT_FILES["node_exporter"], UNIT_FILES["collector"]]
     return units + [f"{PROMETHEUS_DIR}/{name}" for name in CONFIG_FILES] * (role == "head") + [TEXTFILE_DIR]
-
-
-class Service(TypedDict):
-    active: str  # systemctl is-active: "active", "inactive", "failed", "activating", ...; "unknown": it said nothing
-    enabled: str  # systemctl is-enabled: "enabled", "disabled", ...; "unknown": it said nothing (no such unit)
 
 
 class Grafana(TypedDict):
@@ -73,10 +69,7 @@ class ObservabilityState(FactBase[Observability]):
             "packages": PackageStatus().command(PACKAGES[role]),
             "files": FileDigests().command(config_paths(role)),
             "collector_user": StringCommand("getent", "passwd", COLLECTOR_USER, "|", "cut", "-d:", "-f1"),
-            "services": StringCommand(
-                "for u in", *(QuoteString(unit) for unit in services(role)), "; do",
-                'echo "unit $u|$(systemctl is-active "$u" 2>/dev/null | head -n 1)|$(systemctl is-enabled "$u" 2>/dev/null | head -n 1)";',
-                "done"),
+            "services": units_command(services(role)),
         }
         if grafana is not None:
             sections["grafana"] = FileDigests().command(grafana)
@@ -86,15 +79,7 @@ class ObservabilityState(FactBase[Observability]):
 
     def process(self, output: list[str]) -> Observability:
         sections = split(output)
-        units: dict[str, Service] = {}
-
-        def parse(line: str) -> None:
-            unit, active, enabled = line.strip().split("|")
-            if not unit.startswith("unit ") or " " in unit[5:] or not unit[5:]:
-                raise ValueError(line)
-            units[unit[5:]] = {"active": active.strip() or "unknown", "enabled": enabled.strip() or "unknown"}
-
-        unreadable = read_lines([line for line in sections.get("services", []) if line.strip()], parse)
+        units, unreadable = units_read(sections.get("services", []))
         grafana = None
         if "grafana" in sections:
             state = [line.strip() for line in sections.get("grafana_container", []) if line.strip()]

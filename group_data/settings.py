@@ -12,6 +12,11 @@ profile = "adaptive"
 api_host = "127.0.0.1"
 api_port = 8888
 api_public = False  # a non-loopback api_host is refused unless this is true
+# The front door (docs/front-door.md): HAProxy on the head answers at api_host:api_port and holds
+# requests while vLLM restarts (up to serving_ready_timeout); vLLM listens on loopback behind it.
+vllm_port = 8889  # vLLM's own port, on the head's loopback only
+door_drain_seconds = 600  # how long a planned stop waits for the requests in flight to finish
+door_metrics_port = 8405  # the door's Prometheus metrics, on the head's loopback
 master_port = 25000
 watchdog_port = 25001  # each side's watchdog status, on its own fabric address
 block_size = 256

@@ -16,6 +16,7 @@ from checks import table
 from cluster import Cluster
 from facts.serving import ServingState
 from facts.verify import api_reading
+from layout import VLLM_HOST
 from operations.peer import reachable, read_all, warn_unreachable
 from operations.readings import Reading, plans
 from operations.records import on_every_node, record, restore
@@ -24,11 +25,11 @@ from operations.stack import (
     Stack,
     StackSettings,
     desired,
+    drained_stop,
     gid_index,
     in_place,
     stack_settings,
     state_arguments,
-    stop,
 )
 from operations.status import cluster_status
 from states import described
@@ -116,9 +117,9 @@ def first_token(state, host, probe: StringCommand, wait: int, what: str, node_na
 
 
 def probe(settings: StackSettings) -> StringCommand:
-    """The head's one-token probe through the API (its --wait is the caller's)."""
+    """The head's one-token probe of vLLM itself, behind the front door (its --wait is the caller's)."""
     return StringCommand("python3", QuoteString(settings.programs), "health", "--url",
-                         QuoteString(f"http://{settings.api_host}:{settings.api_port}"), "--key-file", QuoteString(settings.api_key_file))
+                         QuoteString(f"http://{VLLM_HOST}:{settings.vllm_port}"), "--key-file", QuoteString(settings.api_key_file))
 
 
 def starts(stacks: list[StackSettings]) -> list[tuple[str, str]]:
@@ -146,7 +147,7 @@ def way_back(stacks: list[StackSettings], readings: list[dict], cluster: str, na
     if records[0]["cluster"] == cluster:
         return None, "it is the state recorded as the one that served"
     head, workers = stacks[0], stacks[1:]
-    return [stop(head.stack_dir), on_every_node(workers, [restore(worker, name) for worker in workers], "the rollback"),
+    return [drained_stop(head), on_every_node(workers, [restore(worker, name) for worker in workers], "the rollback"),
             StringCommand(restore(head, name))], described(records[0])
 
 

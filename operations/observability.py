@@ -9,7 +9,6 @@ listens where the deploy says, never on the management LAN."""
 from __future__ import annotations
 
 import hashlib
-import ipaddress
 import json
 import posixpath
 from dataclasses import dataclass
@@ -20,10 +19,9 @@ import yaml
 from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 from pyinfra.facts.files import FileContents
-from pyinfra.operations import apt
 
 from cluster import Cluster
-from facts.observability import CONFIG_FILES, PACKAGES, ObservabilityState
+from facts.observability import CONFIG_FILES, ObservabilityState
 from layout import (
     COLLECTOR_STATE,
     COLLECTOR_USER,
@@ -37,6 +35,7 @@ from layout import (
     TEXTFILE_DIR,
     UNIT_FILES,
     UNITS,
+    VLLM_HOST,
     paths,
 )
 from operations.managed import file_differs, put_config
@@ -44,6 +43,7 @@ from operations.own import claimed
 from operations.peer import acts_here
 from operations.readings import Reading, plans, read
 from operations.render import render, show_diff, show_line
+from operations.services import installed, running
 from operations.upload import upload
 from programs import digest
 
@@ -80,12 +80,11 @@ def window(interval: int) -> str:
 
 
 def prometheus_config(cluster: Cluster) -> str:
-    """prometheus.yml, built as data: vLLM on the head (only rank 0 has engine metrics; /metrics is
-    not behind the API key, so it stays where the API listens), the node exporter of every node on
-    its rail 0 address, and Prometheus itself. Each target is labelled with its node's hostname."""
+    """prometheus.yml, built as data: vLLM on the head, behind the front door on loopback (only
+    rank 0 has engine metrics), the door's own metrics, the node exporter of every node on its
+    rail 0 address, and Prometheus itself. Each target is labelled with its node's hostname."""
     settings, head = cluster.settings, cluster.head
     interval = settings.metrics_interval_seconds
-    api = "127.0.0.1" if ipaddress.ip_address(settings.api_host).is_unspecified else settings.api_host
     config = {
         "global": {"scrape_interval": f"{interval}s", "evaluation_interval": f"{interval}s", "scrape_timeout": f"{min(interval, 10)}s"},
         "rule_files": ["recording.yml", "alerts.yml"],
@@ -93,13 +92,15 @@ def prometheus_config(cluster: Cluster) -> str:
             {"job_name": SCRAPE_JOBS["prometheus"],
              "static_configs": [{"targets": [f"127.0.0.1:{settings.prometheus_port}"], "labels": {"node": head.hostname}}]},
             {"job_name": SCRAPE_JOBS["vllm"],
-             "static_configs": [{"targets": [f"{api}:{settings.api_port}"], "labels": {"node": head.hostname, "rank": "0"}}]},
+             "static_configs": [{"targets": [f"{VLLM_HOST}:{settings.vllm_port}"], "labels": {"node": head.hostname, "rank": "0"}}]},
+            {"job_name": SCRAPE_JOBS["door"],
+             "static_configs": [{"targets": [f"127.0.0.1:{settings.door_metrics_port}"], "labels": {"node": head.hostname}}]},
             {"job_name": SCRAPE_JOBS["node"],
              "static_configs": [{"targets": [f"{node.fabric_addresses[0]}:{settings.node_exporter_port}"],
                                  "labels": {"node": node.hostname, "rank": str(node.rank)}} for node in cluster.nodes]},
         ],
     }
-    text = (HEADER + "# Prometheus of the dual-spark cluster: vLLM on the head, the node exporter of every node over the fabric.\n"
+    text = (HEADER + "# Prometheus of the dual-spark cluster: vLLM and the front door on the head, the node exporter of every node over the fabric.\n"
             + yaml.safe_dump(config, sort_keys=False, width=10**6))
     if yaml.safe_load(text) != config:
         raise OperationError(f"{PROMETHEUS_DIR}/prometheus.yml would not read back as meant: refusing to write it")
@@ -206,14 +207,8 @@ def show_changed(path: str, text: str, info: dict | None, content: str | None, f
               f"{', was ' + info['sha256'][:12] if exists and info['sha256'] else ''}): full diff with --data show_program_diffs=true")
 
 
-def installed(reading: dict, role: str, wanted: list[str]):
-    """The packages of ``wanted`` that are missing, installed without their recommendations (the
-    node exporter's recommend timers of their own); the package lists refreshed only then."""
-    missing = [package for package in PACKAGES[role] if package in wanted and package in reading["packages"]["missing"]]
-    if missing:
-        show_line(f"Will install {', '.join(missing)} (the OS's packages, without recommended ones)")
-        yield from apt.update._inner()
-        yield from apt.packages._inner(packages=missing, no_recommends=True)
+def service(reading: dict, unit: str) -> dict:
+    return reading["services"].get(unit, {"active": "unknown", "enabled": "unknown"})
 
 
 def collector_home(reading: dict):
@@ -232,20 +227,6 @@ def collector_home(reading: dict):
         was = "" if found["kind"] == "absent" else f" (was {found['owner']}, mode {found['mode']})"
         show_line(f"Will make {TEXTFILE_DIR} the collector's directory: {owner}, mode 755{was}")
         yield StringCommand("install", "-d", "-o", COLLECTOR_USER, "-g", COLLECTOR_USER, "-m", "755", TEXTFILE_DIR)
-
-
-def running(unit: str, reading: dict, why: str | None):
-    """Enable ``unit``, and restart it when ``why`` (its configuration changed, its package is new)
-    or when it is not active: a unit whose configuration is unchanged and that runs is left alone."""
-    state = reading["services"].get(unit, {"active": "unknown", "enabled": "unknown"})
-    if state["enabled"] != "enabled":
-        yield StringCommand("systemctl", "enable", unit)
-    if why is None and state["active"] != "active":
-        why = f"it is not running ({state['active']})"
-    if why is not None:
-        show_line(f"Will restart {unit}: {why}")
-        yield StringCommand("systemctl", "reset-failed", unit, "2>/dev/null", "||", "true")
-        yield StringCommand("systemctl", "restart", unit)
 
 
 @operation()
@@ -271,7 +252,7 @@ def exporters_running(settings: ObservabilitySettings):
     units = {UNITS["node_exporter"]: UNIT_FILES["node_exporter"], UNITS["collector"]: UNIT_FILES["collector"]}
     changed = {unit: path for unit, path in units.items() if differs(settings.files[path], files.get(path))}
     commands = [command for path in changed.values() for command in put_config(path, BytesIO(settings.files[path].encode()), "644", files.get(path))]
-    new = list(installed(reading, settings.role, ["prometheus-node-exporter"]))
+    new = list(installed(reading, ["prometheus-node-exporter"]))
     commands += new
     if changed:
         commands.append(StringCommand("systemctl", "daemon-reload"))
@@ -283,7 +264,7 @@ def exporters_running(settings: ObservabilitySettings):
             why = "its package is new"
         if home and unit == UNITS["collector"] and why is None:
             why = "its user or directory changed"
-        commands += running(unit, reading, why)
+        commands += running(unit, service(reading, unit), why)
     if not commands:
         host.noop(f"the node exporter listens on {settings.rails[0]['address']}:{settings.exporter_port}, and the collector runs")
     yield from commands
@@ -330,7 +311,7 @@ def prometheus_running(settings: ObservabilitySettings):
         for path in configs:  # promtool checks the configuration with the rules it names
             staged = f"{STAGING}/{posixpath.basename(path)}"
             commands += upload(BytesIO(settings.files[path].encode()), staged)
-    new = list(installed(reading, settings.role, ["prometheus"]))
+    new = list(installed(reading, ["prometheus"]))
     commands += new
     if config_changed:
         commands.append(StringCommand("promtool", "check", "config", f"{STAGING}/prometheus.yml"))
@@ -340,9 +321,9 @@ def prometheus_running(settings: ObservabilitySettings):
     if dropin_changed:
         commands.append(StringCommand("systemctl", "daemon-reload"))
     unit = UNITS["prometheus"]
-    state = reading["services"].get(unit, {"active": "unknown"})
+    state = service(reading, unit)
     why = "its drop-in changed" if dropin_changed else "its package is new" if new else None
-    restart = list(running(unit, reading, why))
+    restart = list(running(unit, state, why))
     commands += restart
     if any("restart" in command.get_raw_value() for command in restart if isinstance(command, StringCommand)):
         commands.append(ready(settings, "its start"))

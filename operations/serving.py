@@ -37,8 +37,8 @@ from operations.stack import (
     Stack,
     StackSettings,
     compose,
+    drained_stop,
     stack_settings,
-    stop,
 )
 from operations.upload import upload
 from states import cluster_state, state_of
@@ -158,7 +158,7 @@ def head_stopped_for_change(stacks: list[StackSettings]):
     if everywhere or not running:
         host.noop("the head keeps running" if running else "the head is not running")
         return
-    yield stop(settings.stack_dir)
+    yield drained_stop(settings)
 
 
 @operation()

@@ -15,7 +15,7 @@ from pyinfra.api import OperationError, QuoteString, StringCommand
 
 from cluster import Cluster, Image, Model, Profile
 from facts.fabric import roce_v2_gid_index
-from layout import COMPOSE_PROJECT, CONTAINER, IN_CONTAINER, LABELS, STOP_TIMEOUT, paths, smoke_marker, store_entry
+from layout import COMPOSE_PROJECT, CONTAINER, DOOR, IN_CONTAINER, LABELS, STOP_TIMEOUT, VLLM_HOST, paths, smoke_marker, store_entry
 from operations.render import render
 from programs import digest
 
@@ -31,7 +31,7 @@ def vllm_args(settings: StackSettings) -> list[str]:
     head = settings.role == "head"
     args = [IN_CONTAINER["model"], "--served-model-name", model.served_name]
     if head:
-        args += ["--host", settings.api_host, "--port", str(settings.api_port)]
+        args += ["--host", VLLM_HOST, "--port", str(settings.vllm_port)]
     args += [
         "--trust-remote-code", "--tensor-parallel-size", str(settings.tensor_parallel),
         "--pipeline-parallel-size", str(settings.pipeline_parallel),
@@ -90,8 +90,8 @@ class StackSettings:
     python: str
     programs: str
     restarts_dir: str
-    api_host: str
-    api_port: int
+    vllm_port: int  # on VLLM_HOST, behind the front door
+    door_drain_seconds: int
     master_port: int
     block_size: int
     speculative_method: str
@@ -126,7 +126,7 @@ def stack_settings(cluster: Cluster, hostname: str) -> StackSettings:
         worker_addresses=[str(worker.rails[0].address.ip) for worker in cluster.workers],
         watchdog_port=settings.watchdog_port, ready_timeout=settings.serving_ready_timeout,
         python=cluster.image.python, programs=where["programs"], restarts_dir=where["serving"],
-        api_host=settings.api_host, api_port=settings.api_port, master_port=settings.master_port,
+        vllm_port=settings.vllm_port, door_drain_seconds=settings.door_drain_seconds, master_port=settings.master_port,
         block_size=settings.block_size, speculative_method=settings.speculative_method,
         speculative_options=settings.speculative_options, generation_config=settings.generation_config,
         vllm_extra_args=settings.vllm_extra_args, serving_env=settings.serving_env,
@@ -228,7 +228,7 @@ def compose_file(settings: StackSettings, env: dict[str, str], stack_hash: str, 
 def desired(settings: StackSettings, gid: int, model_digest: str | None) -> Stack:
     """The node's compose file and launch script; the stack hash names both (a container label).
     The launch script names the watchdog's version: a new watchdog restarts the cluster."""
-    launch = render("serving/launch.sh.j2", **vars(settings), command=[settings.image.vllm, "serve"] + vllm_args(settings),
+    launch = render("serving/launch.sh.j2", **vars(settings), vllm_host=VLLM_HOST, command=[settings.image.vllm, "serve"] + vllm_args(settings),
                     watchdog_digest=digest("watchdog.py")[:16])
 
     def compose(stack_hash: str) -> str:
@@ -255,3 +255,10 @@ def compose(stack_dir: str, *args: str) -> StringCommand:
 def stop(stack_dir: str) -> StringCommand:
     """Stop the node's stack, waiting STOP_TIMEOUT seconds (not Docker's 10) before killing vLLM."""
     return compose(stack_dir, "stop", "--timeout", str(STOP_TIMEOUT))
+
+
+def drained_stop(settings: StackSettings) -> StringCommand:
+    """The head's stop for a planned change: the front door holds new requests and lets those in
+    flight finish (up to door_drain_seconds) before vLLM stops, then takes them to the next one."""
+    return StringCommand("python3", QuoteString(settings.programs), "door", "stop", "--socket", DOOR["socket"], "--drain",
+                         str(settings.door_drain_seconds), "--", stop(settings.stack_dir))

@@ -5,8 +5,9 @@ REPO=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 VENV="$REPO/.venv"
 LAB_PACKAGES=(debootstrap iproute2 openssh-client iputils-ping gcc netplan.io util-linux python3-venv)
 # The tests' own: a real browser renders the lab's Prometheus (tests/e2e/test_48_observability.py);
-# rsync copies a model directory in tests/test_runtime_commands.py as the deploy does on the head.
-TEST_PACKAGES=(chromium rsync)
+# rsync copies a model directory in tests/test_runtime_commands.py as the deploy does on the head;
+# HAProxy checks the front door's configuration and runs it for tests/programs/test_door.py.
+TEST_PACKAGES=(chromium rsync haproxy)
 
 need_root() {
   if [ "$(id -u)" -ne 0 ]; then

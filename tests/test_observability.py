@@ -58,7 +58,9 @@ def test_promtool_takes_the_configuration_and_rules_of_a_pair_and_of_four_nodes(
     nodes = next(job for job in config["scrape_configs"] if job["job_name"] == "node")["static_configs"]
     assert [entry["targets"] for entry in nodes] == [[f"10.0.0.{rank + 1}:9100"] for rank in range(4)]  # rail 0, never the LAN
     vllm = next(job for job in config["scrape_configs"] if job["job_name"] == "vllm")["static_configs"]
-    assert vllm == [{"targets": ["127.0.0.1:8888"], "labels": {"node": "spark-head", "rank": "0"}}]  # rank 0 alone has engine metrics
+    assert vllm == [{"targets": ["127.0.0.1:8889"], "labels": {"node": "spark-head", "rank": "0"}}]  # rank 0 alone, behind the door
+    door = next(job for job in config["scrape_configs"] if job["job_name"] == "door")["static_configs"]
+    assert door == [{"targets": ["127.0.0.1:8405"], "labels": {"node": "spark-head"}}]
 
 
 def test_prometheus_listens_on_loopback_with_bounded_retention():

@@ -373,6 +373,9 @@ GRAMMAR_MISTAKES = [
     (with_("node.0.rail", [{**GOOD["node"][0]["rail"][0], "netdev": f"n{i}", "rdma": f"r{i}"} for i in range(5)]), "node[0].rail", "1 to 4"),
     (with_("settings.grafana_image", "grafana/grafana-oss:latest"), "settings.grafana_image", "pin Grafana by digest"),
     (with_("settings.prometheus_port", 8888), "settings.prometheus_port", "api_port uses that port already"),
+    (with_("settings.vllm_port", 8888), "settings.vllm_port", "api_port uses that port already"),
+    (with_("settings.door_metrics_port", 8889), "settings.door_metrics_port", "vllm_port uses that port already"),
+    (with_("settings.door_drain_seconds", 0), "settings.door_drain_seconds", "1 to 86400 seconds"),
     (with_("settings.prometheus_retention_gib", 4096), "settings.prometheus_retention_gib", "1 to 1024 GiB"),
 ]
 
@@ -450,9 +453,9 @@ TOKEN = "hf_" + "aB3" * 11
 DIGEST = "grafana/grafana-oss@sha256:" + "0" * 64
 SECRET_MISTAKES = [
     # vllm_extra_args: the deploy's own flags, in every spelling vLLM reads, and secrets
-    (with_("settings.vllm_extra_args", ["--port", "9000"]), "settings.vllm_extra_args[0]", "api_port"),
-    (with_("settings.vllm_extra_args", ["--port=9000"]), "settings.vllm_extra_args[0]", "api_port"),
-    (with_("settings.vllm_extra_args", ["--host", "0.0.0.0"]), "settings.vllm_extra_args[0]", "from api_host"),
+    (with_("settings.vllm_extra_args", ["--port", "9000"]), "settings.vllm_extra_args[0]", "from vllm_port"),
+    (with_("settings.vllm_extra_args", ["--port=9000"]), "settings.vllm_extra_args[0]", "from vllm_port"),
+    (with_("settings.vllm_extra_args", ["--host", "0.0.0.0"]), "settings.vllm_extra_args[0]", "from the front door"),
     (with_("settings.vllm_extra_args", ["--enforce-eager", "--api_key=abc"]), "settings.vllm_extra_args[1]", "the API key file"),
     (with_("settings.vllm_extra_args", ["--api-key", "abc"]), "settings.vllm_extra_args[0]", "the API key file"),
     (with_("settings.vllm_extra_args", ["--no-enable-prefix-caching"]), "settings.vllm_extra_args[0]", "prefix_caching"),
@@ -462,7 +465,7 @@ SECRET_MISTAKES = [
     (with_("settings.vllm_extra_args", ["--config", "/srv/vllm.yaml"]), "settings.vllm_extra_args[0]", "the site file"),
     (with_("settings.vllm_extra_args", ["--hos", "0.0.0.0"]), "settings.vllm_extra_args[0]", "vLLM reads --host"),
     (with_("settings.vllm_extra_args", ["-n4"]), "settings.vllm_extra_args[0]", "the [[node]] tables"),
-    (with_("settings.vllm_extra_args", ["--uds=/run/v.sock"]), "settings.vllm_extra_args[0]", "api_host and api_port"),
+    (with_("settings.vllm_extra_args", ["--uds=/run/v.sock"]), "settings.vllm_extra_args[0]", "from vllm_port"),
     (with_("settings.vllm_extra_args", ["--hf_token", "x"]), "settings.vllm_extra_args[0]", "hf_token_file"),
     (with_("settings.vllm_extra_args", ["--hf-token", TOKEN]), "settings.vllm_extra_args[1]", "hf_token_file"),
     # environments: no variable that carries a secret, no value that is a hub token
@@ -545,7 +548,7 @@ def test_a_secret_an_undoing_or_a_contradiction_is_refused_naming_the_field_and_
 
 def test_an_override_that_undoes_a_setting_is_refused_as_in_the_site():
     line = next(line for line in refused(GOOD, {"vllm_extra_args": ["--port=1"]}).splitlines() if "--data vllm_extra_args[0] = " in line)
-    assert "api_port" in line
+    assert "vllm_port" in line
 
 
 # The neighbours: (document, what the cluster holds, the value it must hold)

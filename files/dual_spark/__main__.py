@@ -8,6 +8,7 @@
     metrics   the node exporter's textfile of Spark metrics; the head's Prometheus read back
     stack     the states that served: one recorded, one restored and started
     smoke     a runtime image's smoke test on this node: `import vllm`, its result recorded
+    door      the front door's side of a planned stop: vLLM drained, stopped, made ready
 
 `PROGRAM --help` tells each one's arguments.
 """
@@ -19,7 +20,7 @@ import os
 import sys
 
 PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "watchdog": "watchdog", "metrics": "metrics",
-            "stack": "stack", "smoke": "smoke"}
+            "stack": "stack", "smoke": "smoke", "door": "door"}
 
 
 def main() -> None:

@@ -11,7 +11,7 @@ watchdog backoff --state /dual-spark/state/head-starts --container-starts /var/t
 # user of the host could read it in the process list.
 VLLM_API_KEY="$(cat /run/secrets/dual-spark-api-key)"
 export VLLM_API_KEY
-watchdog head --ip 10.10.0.1 --port 25001 --url http://127.0.0.1:8000 \
+watchdog head --ip 10.10.0.1 --port 25001 --url http://127.0.0.1:8889 \
   --key-file /run/secrets/dual-spark-api-key --pid $$ --startup-timeout 1800 --state /dual-spark/state/head-starts \
   --worker-ip 10.10.0.2 &
 watchdog wait-for-worker --worker-ip 10.10.0.2 --port 25001 --timeout 600
@@ -20,7 +20,7 @@ exec /opt/env/bin/vllm \
   /model \
   --served-model-name deepseek-v4-flash \
   --host 127.0.0.1 \
-  --port 8000 \
+  --port 8889 \
   --trust-remote-code \
   --tensor-parallel-size 2 \
   --pipeline-parallel-size 1 \

@@ -1,0 +1,106 @@
+"""The front door's side of a planned stop, through HAProxy's runtime API (its stats socket).
+
+    door stop --socket S --drain SECONDS -- COMMAND...
+        Drain vLLM at the door (new requests are held there, hold.lua), wait up to SECONDS for
+        the requests in flight to finish, run COMMAND (the stop), then make vLLM ready at the
+        door again: the requests held go on, tried each second until the new vLLM takes them.
+        Exits with COMMAND's status. Where there is no door yet (no socket): COMMAND alone.
+    door state --socket S
+        One JSON line: the door's view of vLLM (its state, requests in flight, the requests it
+        retried and those it answered with an error), or {"door": null} without a door.
+"""
+
+from __future__ import annotations
+
+import argparse
+import csv
+import json
+import os
+import socket
+import subprocess
+import sys
+import time
+
+BACKEND, SERVER = "vllm", "vllm"  # haproxy.cfg's names
+
+
+def log(message: str) -> None:
+    print(f"dual-spark door: {message}", file=sys.stderr, flush=True)
+
+
+def ask(path: str, command: str, timeout: float = 10) -> str:
+    """One command to the runtime API; its answer."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as connection:
+        connection.settimeout(timeout)
+        connection.connect(path)
+        connection.sendall(command.encode() + b"\n")
+        chunks = []
+        while chunk := connection.recv(65536):
+            chunks.append(chunk)
+    return b"".join(chunks).decode()
+
+
+def server_row(path: str) -> dict:
+    """vLLM's row of `show stat` (HAProxy's CSV: scur in flight, status, wretr, eresp, ...)."""
+    lines = ask(path, "show stat").lstrip("# ").splitlines()
+    for row in csv.DictReader(lines):
+        if row.get("pxname") == BACKEND and row.get("svname") == SERVER:
+            return row
+    raise OSError(f"the door has no server {BACKEND}/{SERVER}")
+
+
+def set_state(path: str, state: str) -> None:
+    answer = ask(path, f"set server {BACKEND}/{SERVER} state {state}").strip()
+    if answer:
+        raise OSError(f"the door refused 'state {state}': {answer}")
+
+
+def stop(args) -> None:
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        sys.exit("door stop: no command to run after the drain")
+    if not os.path.exists(args.socket):
+        log(f"no front door here ({args.socket}): stopping without a drain")
+        sys.exit(subprocess.run(command).returncode)
+    set_state(args.socket, "drain")
+    try:
+        deadline, flight = time.monotonic() + args.drain, int(server_row(args.socket)["scur"] or 0)
+        log(f"drained: new requests wait at the door; {flight} in flight")
+        while flight and time.monotonic() < deadline:
+            time.sleep(0.5)
+            flight = int(server_row(args.socket)["scur"] or 0)
+        if flight:
+            log(f"{flight} request(s) still in flight after {args.drain:g} s: stopping anyway, they fail once")
+        else:
+            log("no request in flight: stopping vLLM")
+        code = subprocess.run(command).returncode
+    finally:
+        set_state(args.socket, "ready")
+        log("ready: held requests go on as soon as vLLM takes them")
+    sys.exit(code)
+
+
+def state(args) -> None:
+    if not os.path.exists(args.socket):
+        print(json.dumps({"door": None}))
+        return
+    row = server_row(args.socket)
+
+    def number(key: str) -> int:
+        return int(row.get(key) or 0)
+
+    print(json.dumps({"door": {"status": row.get("status", ""), "in_flight": number("scur"), "requests": number("stot"),
+                               "retried": number("wretr"), "connection_errors": number("econ"), "response_errors": number("eresp")}}))
+
+
+def main(argv: list[str], prog: str) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    commands = parser.add_subparsers(dest="action", required=True)
+    s = commands.add_parser("stop")
+    s.add_argument("--socket", required=True)
+    s.add_argument("--drain", type=float, required=True, help="seconds to wait for the requests in flight")
+    s.add_argument("command", nargs=argparse.REMAINDER)
+    t = commands.add_parser("state")
+    t.add_argument("--socket", required=True)
+    args = parser.parse_args(argv)
+    {"stop": stop, "state": state}[args.action](args)

@@ -1,0 +1,116 @@
+"""The front door (docs/front-door.md): the OS's HAProxy on the head, answering clients at
+api_host:api_port, with vLLM behind it on loopback. It holds a request while vLLM is drained for
+a planned stop, tries one again while vLLM takes no connections (a restart, a heal), and exports
+its own metrics on loopback. Its configuration is staged and checked by the real `haproxy -c`
+before it is installed; a new configuration is reloaded (connections kept), a new drop-in or
+package restarts it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from io import BytesIO
+from pathlib import Path
+
+from pyinfra import host
+from pyinfra.api import StringCommand, operation
+from pyinfra.facts.files import FileContents
+
+from cluster import Cluster
+from facts.door import DoorState
+from layout import DOOR, RUN_DIR, VLLM_HOST
+from operations.managed import file_differs, put_config, refuse_theirs
+from operations.peer import acts_here
+from operations.readings import Reading, plans, read
+from operations.render import render, show_diff, show_line
+from operations.services import installed, running
+from operations.upload import upload
+
+HOLD_LUA = Path(__file__).resolve().parents[1] / "files/door/hold.lua"
+STAGING = f"{RUN_DIR}/door-check"
+
+
+@dataclass(frozen=True)
+class DoorSettings:
+    """The head's front door: where clients reach it, and every file the deploy writes for it."""
+
+    api_host: str
+    api_port: int
+    files: dict[str, str]  # path -> text: the unit's drop-in, haproxy.cfg, hold.lua
+
+
+def door_settings(cluster: Cluster) -> DoorSettings:
+    settings = cluster.settings
+    config = render("door/haproxy.cfg.j2", api_host=settings.api_host, api_port=settings.api_port, vllm_host=VLLM_HOST,
+                    vllm_port=settings.vllm_port, hold=settings.serving_ready_timeout, socket=DOOR["socket"],
+                    metrics_port=settings.door_metrics_port)
+    return DoorSettings(api_host=settings.api_host, api_port=settings.api_port, files={
+        DOOR["dropin"]: render("door/haproxy.service.conf.j2", dir=DOOR["dir"]),
+        f"{DOOR['dir']}/haproxy.cfg": config,
+        f"{DOOR['dir']}/hold.lua": HOLD_LUA.read_text(),
+    })
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    return [(DoorState, {})] if cluster.node(name).role == "head" else []
+
+
+def differs(text: str, info: dict | None) -> bool:
+    return file_differs(BytesIO(text.encode()), "644", info)
+
+
+@operation()
+def door_running(settings: DoorSettings):
+    """
+    On the head: HAProxy from the OS's packages as the front door, run by a drop-in of its unit
+    with the deploy's haproxy.cfg and hold.lua (the package's own configuration left as
+    shipped). The drop-in is written before the package is installed; a configuration that
+    changed is staged, checked by `haproxy -c` and installed, then reloaded without dropping a
+    connection; a new drop-in or package restarts it, as does a door that is not running.
+
+    + settings: the head's front door (``door_settings``)
+
+    **Example:**
+
+    .. code:: python
+
+        door_running(settings=door_settings(cluster))
+    """
+    if not acts_here("head"):
+        return
+    reading = read(host, DoorState)
+    files = reading["files"]["files"]
+    dropin = DOOR["dropin"]
+    configs = [f"{DOOR['dir']}/{name}" for name in DOOR["files"]]
+    commands = []
+    dropin_changed = differs(settings.files[dropin], files.get(dropin))
+    if dropin_changed:
+        commands += put_config(dropin, BytesIO(settings.files[dropin].encode()), "644", files.get(dropin))
+    changed = [path for path in configs if differs(settings.files[path], files.get(path))]
+    for path in changed:
+        exists = (files.get(path) or {}).get("kind") == "file"
+        current = host.get_fact(FileContents, path=path) if exists else None
+        refuse_theirs(path, current, files[path]["owner"] if exists else None)
+        show_diff(path, current, settings.files[path])
+    if changed:
+        commands.append(StringCommand("rm", "-rf", STAGING, "&&", "mkdir", "-p", STAGING))
+        for path in configs:
+            commands += upload(BytesIO(settings.files[path].encode()), f"{STAGING}/{Path(path).name}")
+    new = list(installed(reading, [DOOR["package"]]))
+    commands += new
+    if changed:
+        commands.append(StringCommand("haproxy", "-c", "-q", "-C", STAGING, "-f", "haproxy.cfg"))
+        commands.append(StringCommand("mkdir", "-p", DOOR["dir"], "&&", "install", "-o", "root", "-g", "root", "-m", "644",
+                                      *(f"{STAGING}/{name}" for name in DOOR["files"]), DOOR["dir"], "&&", "rm", "-rf", STAGING))
+    if dropin_changed:
+        commands.append(StringCommand("systemctl", "daemon-reload"))
+    why = "its drop-in changed" if dropin_changed else "its package is new" if new else None
+    restart = list(running(DOOR["unit"], reading["service"], why))
+    commands += restart
+    restarts = any(command.get_raw_value().startswith("systemctl restart") for command in restart)
+    if changed and not restarts and reading["service"]["active"] == "active":
+        show_line(f"Will reload {DOOR['unit']}: its configuration changed (the connections it holds are kept)")
+        commands.append(StringCommand("systemctl", "reload", DOOR["unit"]))
+    if not commands:
+        host.noop(f"the front door answers at {settings.api_host}:{settings.api_port}, its configuration up to date")
+    yield from commands
