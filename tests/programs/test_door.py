@@ -1,0 +1,164 @@
+"""The front door as the deploy renders it (templates/door/, files/door/hold.lua), run by the real
+HAProxy in front of a backend that stops and starts as vLLM does, with the door program's drain
+(files/dual_spark/door.py). As an ordinary user, the rendered configuration loses only what needs
+root: its user, group and chroot, and its socket in /run (moved beside it)."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+import sys
+import threading
+import time
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+from layout import DOOR
+from operations.door import door_settings
+from tests.fake_host import site
+from tests.net import free_port
+from tests.programs import ARCHIVE
+
+pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (scripts/setup.sh installs it)")
+
+BACKEND = """
+import http.server, sys, time
+class Handler(http.server.BaseHTTPRequestHandler):
+    protocol_version = "HTTP/1.1"
+    def log_message(self, *args):
+        pass
+    def do_GET(self):
+        chunks = 5 if self.path == "/slow" else 1
+        self.send_response(200)
+        self.send_header("Content-Length", str(6 * chunks))
+        self.end_headers()
+        for n in range(chunks):
+            if self.path == "/slow":
+                time.sleep(1)
+            self.wfile.write(f"chunk{n}".encode())
+            self.wfile.flush()
+http.server.ThreadingHTTPServer(("127.0.0.1", int(sys.argv[1])), Handler).serve_forever()
+"""
+
+
+class Vllm:
+    """A backend on vllm_port that stops (is killed) and starts again, as vLLM does."""
+
+    def __init__(self, port: int, tmp_path: Path):
+        self.port, self.script, self.process = port, tmp_path / "backend.py", None
+        self.script.write_text(BACKEND)
+
+    def start(self) -> None:
+        self.process = subprocess.Popen([sys.executable, str(self.script), str(self.port)])
+        deadline = time.monotonic() + 10
+        while time.monotonic() < deadline:
+            try:
+                urllib.request.urlopen(f"http://127.0.0.1:{self.port}/", timeout=1).read()
+                return
+            except OSError:
+                time.sleep(0.05)
+        raise AssertionError("the backend did not start")
+
+    def stop(self) -> None:
+        if self.process is not None:
+            self.process.kill()
+            self.process.wait()
+
+
+@pytest.fixture
+def door(tmp_path):
+    """The rendered door on free ports, its hold bound 6 s; yields (url, socket, vllm)."""
+    ports = {"api_port": free_port(), "vllm_port": free_port(), "door_metrics_port": free_port()}
+    settings = door_settings(site("pair", {**ports, "serving_ready_timeout": 6}))
+    socket = tmp_path / "door.sock"
+    config = settings.files[f"{DOOR['dir']}/haproxy.cfg"].replace(DOOR["socket"], str(socket))
+    kept = [line for line in config.splitlines() if line.strip().split(" ")[0] not in ("user", "group", "chroot")]
+    assert len(config.splitlines()) - len(kept) == 3
+    (tmp_path / "haproxy.cfg").write_text("\n".join(kept) + "\n")
+    (tmp_path / "hold.lua").write_text(settings.files[f"{DOOR['dir']}/hold.lua"])
+    subprocess.run(["haproxy", "-c", "-q", "-C", str(tmp_path), "-f", "haproxy.cfg"], check=True)
+    haproxy = subprocess.Popen(["haproxy", "-db", "-C", str(tmp_path), "-f", "haproxy.cfg"], stderr=subprocess.DEVNULL)
+    vllm = Vllm(ports["vllm_port"], tmp_path)
+    deadline = time.monotonic() + 10
+    while not socket.exists() and time.monotonic() < deadline:
+        time.sleep(0.05)
+    yield f"http://127.0.0.1:{ports['api_port']}", str(socket), vllm
+    vllm.stop()
+    haproxy.kill()
+    haproxy.wait()
+
+
+def get(url: str, results: list, timeout: float = 60) -> None:
+    """GET ``url`` and append (status, body, seconds, Retry-After) to ``results``."""
+    start = time.monotonic()
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            results.append((response.status, response.read().decode(), time.monotonic() - start, None))
+    except urllib.error.HTTPError as error:
+        results.append((error.code, error.read().decode(), time.monotonic() - start, error.headers.get("Retry-After")))
+
+
+def in_background(url: str, results: list) -> threading.Thread:
+    thread = threading.Thread(target=get, args=(url, results))
+    thread.start()
+    return thread
+
+
+def test_a_request_waits_at_the_door_while_vllm_starts_and_is_served(door):
+    url, _, vllm = door
+    results: list = []
+    thread = in_background(url + "/v1/models", results)
+    time.sleep(2)  # vLLM takes no connections yet: the door tries again each second
+    vllm.start()
+    thread.join()
+    status, body, waited, _ = results[0]
+    assert status == 200 and body == "chunk0" and waited >= 2
+
+
+def test_a_request_that_waited_past_the_bound_fails_once_with_retry_after(door):
+    url, _, _ = door
+    results: list = []
+    get(url + "/v1/models", results)
+    status, body, waited, retry_after = results[0]
+    assert status == 503 and retry_after == "30" and "did not serve within 6 s" in json.loads(body)["error"]["message"]
+    assert waited >= 5
+
+
+def door_program(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ARCHIVE), "door", *args], capture_output=True, text=True, timeout=60)
+
+
+def test_a_planned_stop_lets_the_request_in_flight_finish_and_holds_the_next(door):
+    """The drain: the slow request in flight when it starts finishes whole; one sent during the
+    drain is held, not sent to the vLLM about to stop, and served by the next one."""
+    url, socket, vllm = door
+    vllm.start()
+    before = vllm.process
+    slow: list = []
+    held: list = []
+    slow_thread = in_background(url + "/slow", slow)
+    time.sleep(0.5)
+    stopping = subprocess.Popen([sys.executable, str(ARCHIVE), "door", "stop", "--socket", socket, "--drain", "30", "--",
+                                 "kill", str(vllm.process.pid)], stderr=subprocess.PIPE, text=True)
+    time.sleep(0.5)
+    held_thread = in_background(url + "/v1/models", held)
+    assert stopping.wait(timeout=30) == 0
+    assert "1 in flight" in stopping.stderr.read()
+    slow_thread.join()
+    assert slow[0][:2] == (200, "chunk0chunk1chunk2chunk3chunk4")  # finished before vLLM stopped
+    assert before.wait(timeout=5) is not None and not held  # the held request was not sent to the stopped vLLM
+    vllm.start()
+    held_thread.join()
+    assert held[0][:2] == (200, "chunk0")
+    state = json.loads(door_program("state", "--socket", socket).stdout)["door"]
+    assert state["status"] == "no check" and state["in_flight"] == 0 and state["requests"] >= 2
+
+
+def test_without_a_door_the_stop_runs_alone_and_keeps_its_status(tmp_path):
+    done = door_program("stop", "--socket", str(tmp_path / "none.sock"), "--drain", "5", "--", "sh", "-c", "exit 3")
+    assert done.returncode == 3 and "no front door here" in done.stderr
+    assert json.loads(door_program("state", "--socket", str(tmp_path / "none.sock")).stdout) == {"door": None}
