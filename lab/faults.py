@@ -51,6 +51,15 @@ def kill(node: Node, pattern: str, signal: str = "KILL") -> bool:
     return in_node(node.dir, "pkill", f"-{signal}", "-f", pattern, check=False).returncode == 0
 
 
+VLLM_PROCESSES = "vllm serve|VLLM::"  # launch.sh's exec'd `vllm serve` and what it forks, each titled VLLM::NAME
+
+
+def freeze(node: Node) -> None:
+    """Every vLLM process of the node stopped (SIGSTOP), its watchdog left running: a rank that
+    lives and holds its sockets but computes nothing, as a hung GPU leaves it."""
+    in_node(node.dir, "pkill", "-STOP", "-f", VLLM_PROCESSES)
+
+
 def restart_docker(node: Node) -> None:
     """`systemctl restart docker`: dockerd stops (its containers with it) and starts again."""
     in_node(node.dir, "sh", "-c", "kill -TERM $(cat /run/docker.pid)")

@@ -8,8 +8,12 @@ lab's trials):
   watches every worker's watchdog: one that answers with another session (it restarted) or not
   at all WORKER_SILENCE times in a row ends the head's vLLM at once. And the head generates one
   token every --interval seconds, ending its vLLM after two failures in a row during which the
-  engine did no work at all (a probe that waits behind a long prefill on a busy engine is not a
-  failure: vLLM's token counters still move; with a dead rank they stop).
+  engine finished no step (see engine_state).
+- a rank freezes (a hung GPU; SIGSTOP on the lab): it lives, holds its sockets and its watchdog
+  answers, but every step waits on it, so a request hangs while /metrics still answers, frozen.
+  The head ends its vLLM once a request has waited --stall seconds with no step finished: its
+  own probe, or what vLLM counts as running or waiting. A busy engine finishes steps: a long
+  prefill fills the KV cache chunk by chunk before any token counter moves.
 - the head dies: a headless worker does not notice for minutes, and a new head waits for ever
   for a fresh worker. So each container's watchdog has a session of its own (a random ID, made at
   its start), served beside its state on the fabric; a worker records the head session it joined
@@ -172,24 +176,47 @@ def generates(url: str, key: str) -> bool:
         return False
 
 
-WORK = ("vllm:iteration_tokens_total_sum", "vllm:prompt_tokens_total", "vllm:generation_tokens_total")
+PROGRESS = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+            "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total")
+WAITING = ("vllm:num_requests_running", "vllm:num_requests_waiting")
 
 
-def work_done(url: str) -> float | None:
-    """The engine's token counters from /metrics, summed: they move while it works."""
+def engine_state(url: str) -> dict[str, float] | None:
+    """PROGRESS from /metrics, each summed over its engines; None when it does not answer. vLLM
+    sets them from each step the engine finishes, so any change is a finished step: a chunk of a
+    prefill moves the KV cache's use, a token the counters. A frozen step changes none."""
     try:
         with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
             text = response.read().decode()
     except OSError:
         return None
-    total = 0.0
+    state = dict.fromkeys(PROGRESS, 0.0)
     for line in text.splitlines():
-        if line.partition("{")[0].partition(" ")[0] in WORK:
+        name = line.partition("{")[0].partition(" ")[0]
+        if name in state:
             try:
-                total += float(line.rsplit(" ", 1)[-1])
+                state[name] += float(line.rsplit(" ", 1)[-1])
             except ValueError:
                 continue
-    return total
+    return state
+
+
+def watch_progress(args, serving: threading.Event, asking: threading.Event) -> None:
+    """From the first token on: end the head's vLLM when a request has waited --stall seconds and
+    the engine finished no step meanwhile. A request waits while the probe asks (/metrics still
+    says what it said before a frozen step) or while vLLM counts one running or waiting."""
+    serving.wait()
+    last, since = None, time.monotonic()
+    while True:
+        time.sleep(1)
+        now, seen = time.monotonic(), engine_state(args.url)
+        waiting = asking.is_set() or (seen is not None and sum(seen[name] for name in WAITING) > 0)
+        if not waiting or (seen is not None and seen != last):
+            since = now
+        last = seen or last
+        if now - since >= args.stall:
+            end(args.pid, f"a request has waited {now - since:.0f} s and the engine finished no step: "
+                          "a rank is frozen")
 
 
 def watch_workers(args, serving: threading.Event) -> None:
@@ -217,14 +244,17 @@ def head(args) -> None:
     status = Status("head")
     status.serve(args.ip, args.port)
     key = Path(args.key_file).read_text().strip()
-    serving = threading.Event()
+    serving, asking = threading.Event(), threading.Event()
     threading.Thread(target=watch_workers, args=(args, serving), daemon=True).start()
+    threading.Thread(target=watch_progress, args=(args, serving, asking), daemon=True).start()
     threading.Thread(target=loading, args=(args.pid, status), daemon=True).start()
     started, failures, served, work = time.monotonic(), 0, False, None
     while True:
         time.sleep(args.interval if served else min(2, args.interval))  # the first token is noticed at once
+        asking.set()
         ok = generates(args.url, key)
-        before, work = work, work_done(args.url)
+        asking.clear()
+        before, work = work, engine_state(args.url)
         if ok:
             failures = 0
             if not served:
@@ -233,14 +263,14 @@ def head(args) -> None:
                 log(f"serving after {time.monotonic() - started:.0f} s")
                 healthy(args.state)
             status.update(state="serving")
-        elif served and before is not None and work is not None and work > before:
+        elif served and before is not None and work is not None and work != before:
             failures = 0
             status.update(state="busy")  # no token for the probe, but the engine works: a long request holds it
         elif served:
             failures += 1
             status.update(state="failing")
             if failures >= FAILURES_TO_RESTART:
-                end(args.pid, f"no token generated {failures} times in a row and the engine did no work: "
+                end(args.pid, f"no token generated {failures} times in a row and the engine finished no step: "
                               "the worker or the engine is gone")
         elif time.monotonic() - started > args.startup_timeout:
             end(args.pid, f"not serving {args.startup_timeout:.0f} s after the start")
@@ -356,7 +386,8 @@ def main(argv: list[str], prog: str) -> None:
     h.add_argument("--url", required=True)
     h.add_argument("--key-file", required=True)
     h.add_argument("--pid", type=int, required=True)
-    h.add_argument("--interval", type=float, default=10)
+    h.add_argument("--interval", type=float, default=5, help="seconds between two probes")
+    h.add_argument("--stall", type=float, default=20, help="seconds a request may wait on an engine that finishes no step")
     h.add_argument("--startup-timeout", type=float, default=1800)
     h.add_argument("--state", required=True, help="the backoff's state file")
     h.add_argument("--worker-ip", action="append", default=[], help="a worker's rail address (repeated)")

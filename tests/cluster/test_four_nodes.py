@@ -3,7 +3,8 @@ converges them to one TP=4 vLLM serving through the head's API and the printed t
 run changes nothing, the head's Prometheus scrapes every node's exporter over the fabric, a
 switch port left at auto-negotiation (100G) is a verification FAIL with its fix and is seen in
 Prometheus's rule, and each single fault (a worker's or the head's vLLM killed, a worker's Docker
-restarted, a worker stopped and started) heals with no one touching anything (the times printed)."""
+restarted, a worker stopped and started, a worker's vLLM frozen) heals with no one touching
+anything (the times printed)."""
 
 import re
 import time
@@ -107,6 +108,7 @@ FAULTS = {  # by rank: the head is 0; each fault on another worker
     "head vLLM killed": lambda nodes: faults.kill(nodes[0], "vllm serve"),
     "Docker restarted on a worker (rank 1)": lambda nodes: faults.restart_docker(nodes[1]),
     "worker stopped and started (rank 3)": lambda nodes: reboot(nodes[3]),
+    "worker frozen (rank 2, SIGSTOP)": lambda nodes: faults.freeze(nodes[2]),
 }
 
 

@@ -25,6 +25,8 @@ SITE = LAB_DIR / "site.toml"
 LAB_ENV = {**os.environ, "DUAL_SPARK_SITE": str(SITE)}
 RECOVERED: dict[str, float] = {}
 """Fault -> seconds until the pair served a token again (test_50), printed at the end of the run."""
+FOUND: dict[str, float] = {}
+"""Fault -> seconds until a watchdog ended vLLM for it (test_50), printed at the end of the run."""
 DOWNTIME: dict[str, float] = {}
 """Change -> seconds the API answered no request while the run made it (test_40), printed at the end."""
 
@@ -149,6 +151,10 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("fault -> first served token (lab, goal <= 180 s; the recipe's Sparks: ~9 min)")
         for fault, seconds in RECOVERED.items():
             terminalreporter.write_line(f"{fault:<34} {seconds:6.0f} s")
+    if FOUND:
+        terminalreporter.section("fault -> a watchdog ends vLLM for it (lab, goal <= 30 s)")
+        for fault, seconds in FOUND.items():
+            terminalreporter.write_line(f"{fault:<34} {seconds:6.1f} s")
     if DOWNTIME:
         terminalreporter.section("change -> seconds without service (lab, a probe every 0.5 s through the API)")
         for change, seconds in DOWNTIME.items():

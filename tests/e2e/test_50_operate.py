@@ -2,13 +2,15 @@
 clients command writes Codex and Claude Code configurations that work through the printed SSH
 tunnel (the agents themselves run through it in test_60_agents); and the pair
 heals with no manual step after each fault the issue names, the time from fault to a served
-token measured and printed (README quotes them; the worker's vLLM killed is test_48's)."""
+token measured and printed (README quotes them; the worker's vLLM killed is test_48's), a frozen
+worker found and healed as fast as a dead one."""
 
 import json
 import re
 import subprocess
 import time
 import tomllib
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
@@ -18,7 +20,7 @@ from lab import faults
 from lab.config import HEAD, LAB_MODEL, WORKER
 from lab.processes import in_node
 from layout import store_entry
-from tests.e2e.conftest import RECOVERED, generates, healed_after, pyinfra, reboot
+from tests.e2e.conftest import FOUND, RECOVERED, generates, healed_after, pyinfra, reboot
 
 pytestmark = pytest.mark.end_to_end
 MODEL_CONFIG = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL}) + "/config.json"  # the served model's
@@ -91,6 +93,44 @@ FAULTS = {
 @pytest.mark.parametrize("name", FAULTS)
 def test_the_pair_heals_itself(converged, name):
     RECOVERED[name] = healed_after(name, FAULTS[name])
+
+
+def test_a_frozen_worker_is_found_within_30_s_and_the_pair_serves_within_90(converged):
+    """Every vLLM process of the worker stopped, its watchdog left running, as a hung GPU leaves a
+    rank: it holds its sockets, so a request hangs instead of failing. The head's watchdog ends
+    its vLLM within 30 s (a request waited, the engine finished no step), and a request sent
+    after the fault is served within 90 s of it."""
+    assert generates(), "the pair must serve before the fault"
+    fault, started = time.time(), time.monotonic()
+    faults.freeze(WORKER)
+    seen = processes(WORKER)
+    assert all(state.startswith("T") for state, command in seen if re.search(faults.VLLM_PROCESSES, command)), seen
+    assert [state for state, command in seen if "watchdog worker" in command][0][0] != "T", seen
+    while not generates():  # each a request of its own, sent after the fault
+        assert time.monotonic() - started < 90, f"the pair does not serve 90 s after its worker froze (found: {found_after(fault)})"
+        time.sleep(1)
+    RECOVERED["worker frozen (SIGSTOP)"] = round(time.monotonic() - started, 1)
+    found = found_after(fault)
+    assert found is not None and found <= 30, f"the frozen worker was found after {found} s"
+    FOUND["worker frozen (SIGSTOP)"] = round(found, 1)
+
+
+def processes(node) -> list[tuple[str, str]]:
+    """Each process of the node: its state (ps STAT) and command line."""
+    lines = in_node(node.dir, "ps", "-eo", "stat=,args=", capture_output=True).stdout.splitlines()
+    return [(line.split(None, 1) + [""])[:2] for line in lines if line.strip()]
+
+
+def found_after(fault: float) -> float | None:
+    """Seconds from ``fault`` (wall clock) to the head's watchdog ending vLLM for a frozen rank,
+    by Docker's timestamp of its line; None if it has not."""
+    logs = in_node(HEAD.dir, "docker", "logs", "-t", "dual-spark-vllm", capture_output=True, check=False)
+    for line in (logs.stdout + logs.stderr).splitlines():
+        if "ending vLLM" in line and "a rank is frozen" in line:
+            stamp = datetime.fromisoformat(line[:26]).replace(tzinfo=UTC).timestamp()
+            if stamp > fault:
+                return stamp - fault
+    return None
 
 
 def test_a_crash_looping_worker_backs_off_and_status_names_it(converged):

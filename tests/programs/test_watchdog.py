@@ -23,10 +23,12 @@ from tests.programs import ARCHIVE
 
 class FakeApi:
     """vLLM's API as the head's watchdog sees it: ``mode`` "ok" generates; "dead" fails and its
-    counters stand still (a dead rank); "busy" fails the probe while its counters move."""
+    counters stand still (a dead rank); "busy" fails the probe while its counters move; "frozen"
+    holds the probe and stands still (a frozen rank); "prefilling" holds the probe while the KV
+    cache fills (a long prefill ahead of it). ``running`` is what vLLM counts as running."""
 
     def __init__(self):
-        self.mode, self.work = "ok", 100.0
+        self.mode, self.work, self.kv, self.running = "ok", 100.0, 0.0, 0
         api = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -45,12 +47,18 @@ class FakeApi:
                 if self.path == "/metrics":
                     if api.mode == "busy":
                         api.work += 512
-                    self.reply(200, f'vllm:generation_tokens_total{{engine="0"}} {api.work}\n', "text/plain")
+                    if api.mode == "prefilling":
+                        api.kv += 0.01
+                    self.reply(200, f'vllm:generation_tokens_total{{engine="0"}} {api.work}\n'
+                                    f'vllm:kv_cache_usage_perc{{engine="0"}} {api.kv}\n'
+                                    f'vllm:num_requests_running{{engine="0"}} {api.running}\n', "text/plain")
                 else:
                     self.reply(200, json.dumps({"data": [{"id": "tiny"}]}))
 
             def do_POST(self):
                 self.rfile.read(int(self.headers["Content-Length"]))
+                while api.mode in ("frozen", "prefilling"):
+                    time.sleep(0.05)
                 if api.mode == "ok":
                     api.work += 1
                     self.reply(200, json.dumps({"usage": {"completion_tokens": 1}}))
@@ -115,15 +123,22 @@ def watchdog(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(ARCHIVE), "watchdog", *args], stderr=subprocess.PIPE, text=True)
 
 
-@pytest.fixture
-def head_watchdog(vllm, tmp_path):
-    api, port = FakeApi(), free_port()
-    key = tmp_path / "key"
+def head_watching(api: FakeApi, vllm, tmp_path, interval: str = "0.2"):
+    """The head's watchdog, once it has seen a token: its process and status port."""
+    port, key = free_port(), tmp_path / "key"
     key.write_text("secret")
     process = watchdog("head", "--ip", "127.0.0.1", "--port", str(port), "--url", api.url, "--key-file", str(key),
-                       "--pid", str(vllm.pid), "--interval", "0.2", "--state", str(tmp_path / "head-starts"))
+                       "--pid", str(vllm.pid), "--interval", interval, "--stall", "2", "--state", str(tmp_path / "head-starts"))
     assert wait_for(lambda: (state_of(port) or {}).get("state") == "serving"), "the head watchdog never saw a token"
+    return process, port
+
+
+@pytest.fixture
+def head_watchdog(vllm, tmp_path):
+    api = FakeApi()
+    process, port = head_watching(api, vllm, tmp_path)
     yield api, port, process, tmp_path
+    api.mode = "ok"  # lets a held probe go
     process.kill()
     process.wait()
 
@@ -134,7 +149,7 @@ def test_the_head_ends_vllm_after_two_probes_without_token_or_work(head_watchdog
     api.mode = "dead"
     assert wait_for(lambda: vllm.poll() is not None), "vLLM was left running with a dead rank"
     process.wait(timeout=10)
-    assert "no token generated 2 times in a row and the engine did no work" in process.stderr.read()
+    assert "no token generated 2 times in a row and the engine finished no step" in process.stderr.read()
 
 
 def test_a_busy_engine_is_not_taken_for_a_dead_one(head_watchdog, vllm):
@@ -146,6 +161,49 @@ def test_a_busy_engine_is_not_taken_for_a_dead_one(head_watchdog, vllm):
     api.mode = "ok"
     assert wait_for(lambda: state_of(port)["state"] == "serving")
     assert vllm.poll() is None
+
+
+def test_a_frozen_rank_ends_vllm_once_the_probe_has_waited_the_stall(head_watchdog, vllm):
+    """The probe hangs and /metrics answers what it said before: the stall (2 s), not the
+    probe's own timeout (60 s), ends vLLM."""
+    api, _, process, _ = head_watchdog
+    api.mode = "frozen"
+    frozen = time.monotonic()
+    assert wait_for(lambda: vllm.poll() is not None, 10), "vLLM was left running with a frozen rank"
+    assert time.monotonic() - frozen >= 2, "ended before the stall"
+    process.wait(timeout=10)
+    assert "and the engine finished no step: a rank is frozen" in process.stderr.read()
+
+
+def test_a_long_prefill_ahead_of_the_probe_is_not_taken_for_a_frozen_rank(head_watchdog, vllm):
+    """No token for three stalls, but the KV cache fills at every step: the engine works."""
+    api, port, _, _ = head_watchdog
+    api.mode = "prefilling"
+    time.sleep(6)
+    assert vllm.poll() is None, "a long prefill was taken for a frozen rank"
+    api.mode = "ok"
+    assert wait_for(lambda: state_of(port)["state"] == "serving") and vllm.poll() is None
+
+
+@pytest.mark.parametrize("mode", ["frozen", "prefilling"])
+def test_a_request_in_flight_is_watched_between_probes(vllm, tmp_path, mode):
+    """Probes 60 s apart: vLLM counting a request running is enough to watch. Frozen, it is
+    ended after the stall; filling its KV cache, it is left alone."""
+    api = FakeApi()
+    process, _ = head_watching(api, vllm, tmp_path, interval="60")
+    try:
+        api.running, api.mode = 1, mode
+        if mode == "frozen":
+            assert wait_for(lambda: vllm.poll() is not None, 10), "vLLM was left running with a frozen rank"
+            process.wait(timeout=10)
+            assert "a rank is frozen" in process.stderr.read()
+        else:
+            time.sleep(6)
+            assert vllm.poll() is None, "a long prefill was taken for a frozen rank"
+    finally:
+        api.mode = "ok"
+        process.kill()
+        process.wait()
 
 
 def test_the_worker_leaves_a_head_session_that_is_gone(vllm, tmp_path):
