@@ -18,7 +18,7 @@ from pyinfra.facts.files import FileContents
 from cluster import Cluster
 from facts.door import DoorState
 from layout import DOOR, RUN_DIR, VLLM_HOST
-from operations.managed import file_differs, put_config, refuse_theirs
+from operations.managed import file_differs, put_config, refuse_theirs, show_changed
 from operations.peer import acts_here
 from operations.readings import Reading, plans, read
 from operations.render import render, show_diff, show_line
@@ -35,6 +35,7 @@ class DoorSettings:
 
     api_host: str
     api_port: int
+    show_program_diffs: bool  # hold.lua's full diff, not one line
     files: dict[str, str]  # path -> text: the unit's drop-in, haproxy.cfg, hold.lua
 
 
@@ -43,7 +44,7 @@ def door_settings(cluster: Cluster) -> DoorSettings:
     config = render("door/haproxy.cfg.j2", api_host=settings.api_host, api_port=settings.api_port, vllm_host=VLLM_HOST,
                     vllm_port=settings.vllm_port, hold=settings.serving_ready_timeout, socket=DOOR["socket"],
                     metrics_port=settings.door_metrics_port)
-    return DoorSettings(api_host=settings.api_host, api_port=settings.api_port, files={
+    return DoorSettings(api_host=settings.api_host, api_port=settings.api_port, show_program_diffs=settings.show_program_diffs, files={
         DOOR["dropin"]: render("door/haproxy.service.conf.j2", dir=DOOR["dir"]),
         f"{DOOR['dir']}/haproxy.cfg": config,
         f"{DOOR['dir']}/hold.lua": HOLD_LUA.read_text(),
@@ -91,7 +92,10 @@ def door_running(settings: DoorSettings):
         exists = (files.get(path) or {}).get("kind") == "file"
         current = host.get_fact(FileContents, path=path) if exists else None
         refuse_theirs(path, current, files[path]["owner"] if exists else None)
-        show_diff(path, current, settings.files[path])
+        if path.endswith(".lua"):
+            show_changed(path, settings.files[path], files.get(path), "the door's hold, in Lua", settings.show_program_diffs)
+        else:
+            show_diff(path, current, settings.files[path])
     if changed:
         commands.append(StringCommand("rm", "-rf", STAGING, "&&", "mkdir", "-p", STAGING))
         for path in configs:

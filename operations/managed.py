@@ -6,6 +6,7 @@ claimed first (operations/own.py): nothing is written in one that is not the dep
 
 from __future__ import annotations
 
+import hashlib
 import posixpath
 import zipfile
 from pathlib import Path
@@ -170,3 +171,15 @@ def managed_files(programs: list[tuple[str | IO[bytes], str, str]], directories:
     if not changes:
         host.noop("up to date: " + ", ".join([Path(dest).name for _, dest, _ in programs] + [claim.path for claim in claims]))
     yield from changes
+
+
+def show_changed(path: str, text: str, info: dict | None, content: str | None, full: bool) -> None:
+    """The diff of a file that changes: configuration whole; the deploy's own content (``content``
+    names it: its rules, a dashboard) in one line, unless ``full``, as the programs are shown."""
+    exists = info is not None and info["kind"] == "file"
+    if content is None or full:
+        show_diff(path, host.get_fact(FileContents, path=path) if exists and host.state.config.DIFF else None, text)
+        return
+    digest = hashlib.sha256(text.encode()).hexdigest()
+    show_line(f"Will {'modify' if exists else 'create'} {path} ({content}, {len(text.splitlines())} lines, sha256 {digest[:12]}"
+              f"{', was ' + info['sha256'][:12] if exists and info['sha256'] else ''}): full diff with --data show_program_diffs=true")

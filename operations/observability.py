@@ -8,7 +8,6 @@ listens where the deploy says, never on the management LAN."""
 
 from __future__ import annotations
 
-import hashlib
 import json
 import posixpath
 from dataclasses import dataclass
@@ -18,7 +17,6 @@ from pathlib import Path
 import yaml
 from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
-from pyinfra.facts.files import FileContents
 
 from cluster import Cluster
 from facts.observability import CONFIG_FILES, ObservabilityState
@@ -38,11 +36,11 @@ from layout import (
     VLLM_HOST,
     paths,
 )
-from operations.managed import file_differs, put_config
+from operations.managed import file_differs, put_config, show_changed
 from operations.own import claimed
 from operations.peer import acts_here
 from operations.readings import Reading, plans, read
-from operations.render import render, show_diff, show_line
+from operations.render import render, show_line
 from operations.services import installed, running
 from operations.upload import upload
 from programs import digest
@@ -193,18 +191,6 @@ def readings(cluster: Cluster, name: str) -> list[Reading]:
 def differs(text: str, info: dict | None) -> bool:
     """Whether the node's file (``info``) is not ``text``, root's, mode 644 (managed.file_differs)."""
     return file_differs(BytesIO(text.encode()), "644", info)
-
-
-def show_changed(path: str, text: str, info: dict | None, content: str | None, full: bool) -> None:
-    """The diff of a file that changes: configuration whole; the deploy's own content (``content``
-    names it: its rules, a dashboard) in one line, unless ``full``, as the programs are shown."""
-    exists = info is not None and info["kind"] == "file"
-    if content is None or full:
-        show_diff(path, host.get_fact(FileContents, path=path) if exists and host.state.config.DIFF else None, text)
-        return
-    digest = hashlib.sha256(text.encode()).hexdigest()
-    show_line(f"Will {'modify' if exists else 'create'} {path} ({content}, {len(text.splitlines())} lines, sha256 {digest[:12]}"
-              f"{', was ' + info['sha256'][:12] if exists and info['sha256'] else ''}): full diff with --data show_program_diffs=true")
 
 
 def service(reading: dict, unit: str) -> dict:
