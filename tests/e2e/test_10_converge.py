@@ -39,7 +39,7 @@ def changed_operations(output: str) -> int:
 
 # What running services change by themselves once the observability step has started them: the
 # node exporter's textfile, Prometheus's store, their logs on the lab.
-RUNNING = ("var/lib/prometheus/", "var/log/")
+RUNNING = ("var/lib/prometheus/", "var/lib/dual-spark-metrics/", "var/log/")
 
 
 def tree_digest(root: Path) -> dict[str, str]:

@@ -23,7 +23,7 @@ from lab.hub import Hub
 from lab.processes import in_node
 from layout import store_entry
 from site_config import load_site
-from tests.e2e.conftest import DOWNTIME, REPO, SITE, pyinfra, site_variant
+from tests.e2e.conftest import DOWNTIME, LAB_ENV, PYINFRA, REPO, SITE, pyinfra, site_variant
 
 pytestmark = pytest.mark.end_to_end
 OUTPUTS: list[str] = []  # every output of this module's runs, searched for the key at the end
@@ -132,14 +132,18 @@ def running_at_once(url: str, key: str, requests_: int = 4) -> float:
 
 
 class Probe:
-    """A one-token chat through the API every half second, in the background: when each was
-    sent, and whether it was answered."""
+    """A one-token chat through the front door every half second, each in a thread of its own as
+    independent clients send them, with a client's patience (WAIT s): when each was sent, whether
+    it was answered, and how long it waited."""
+
+    WAIT = 600
 
     def __init__(self, url: str, key: str):
         self.url, self.key = url, key
-        self.results: list[tuple[float, bool]] = []
+        self.results: list[tuple[float, bool, float]] = []
         self.done = threading.Event()
         self.thread = threading.Thread(target=self.run)
+        self.senders: list[threading.Thread] = []
 
     def __enter__(self) -> "Probe":
         self.thread.start()
@@ -148,31 +152,98 @@ class Probe:
     def __exit__(self, *exc) -> None:
         self.done.set()
         self.thread.join()
+        for sender in self.senders:
+            sender.join()
 
     def run(self) -> None:
         while not self.done.is_set():
-            sent = time.monotonic()
-            try:
-                answered = requests.post(f"{self.url}/v1/chat/completions", headers={"Authorization": f"Bearer {self.key}"},
-                                         json={"model": "tiny", "messages": [{"role": "user", "content": "spark"}], "max_tokens": 1},
-                                         timeout=10).status_code == 200
-            except requests.RequestException:
-                answered = False
-            self.results.append((sent, answered))
-            self.done.wait(max(0.0, sent + 0.5 - time.monotonic()))
+            sender = threading.Thread(target=self.send, args=(time.monotonic(),))
+            sender.start()
+            self.senders.append(sender)
+            self.done.wait(0.5)
+
+    def send(self, sent: float) -> None:
+        try:
+            answered = requests.post(f"{self.url}/v1/chat/completions", headers={"Authorization": f"Bearer {self.key}"},
+                                     json={"model": "tiny", "messages": [{"role": "user", "content": "spark"}], "max_tokens": 1},
+                                     timeout=self.WAIT).status_code == 200
+        except requests.RequestException:
+            answered = False
+        self.results.append((sent, answered, time.monotonic() - sent))
 
     def answered_after(self, moment: float) -> bool:
-        return any(answered and sent > moment for sent, answered in self.results)
+        return any(answered and sent > moment for sent, answered, _ in self.results)
 
     def failed(self, start: float, end: float = float("inf")) -> list[float]:
-        return [sent for sent, answered in self.results if not answered and start <= sent <= end]
+        return [sent for sent, answered, _ in self.results if not answered and start <= sent <= end]
 
-    def downtime(self) -> float:
-        """From the last answer before the first failure to the first answer after the last."""
-        failed = self.failed(0)
-        before = max(sent for sent, answered in self.results if answered and sent < failed[0])
-        after = min(sent for sent, answered in self.results if answered and sent > failed[-1])
-        return after - before
+    def longest_wait(self) -> float:
+        return max(waited for _, _, waited in self.results)
+
+
+class LongStream(threading.Thread):
+    """A streamed chat of TOKENS tokens, started when a change is about to stop vLLM: whether it
+    finished whole (every token, finish reason "length") and when."""
+
+    TOKENS = 400
+
+    def __init__(self, url: str, key: str):
+        super().__init__()
+        self.url, self.key = url, key
+        self.tokens, self.finish, self.started, self.ended = 0, None, time.monotonic(), None
+
+    def run(self) -> None:
+        body = {"model": "tiny", "messages": [{"role": "user", "content": "spark fabric rail"}], "max_tokens": self.TOKENS,
+                "ignore_eos": True, "stream": True, "stream_options": {"include_usage": True}}
+        with requests.post(f"{self.url}/v1/chat/completions", headers={"Authorization": f"Bearer {self.key}"}, json=body,
+                           stream=True, timeout=Probe.WAIT) as response:
+            for line in response.iter_lines():
+                if not line.startswith(b"data: {"):
+                    continue
+                event = json.loads(line[6:])
+                if event.get("usage"):
+                    self.tokens = event["usage"]["completion_tokens"]
+                for choice in event.get("choices", []):
+                    self.finish = choice.get("finish_reason") or self.finish
+        self.ended = time.monotonic()
+
+
+HEAD_STOPS = {"tasks/rollback.py": "Return every node to the state that served before"}  # the step that stops the head's vLLM
+
+
+def change_through_the_door(url: str, key: str, *args: str, task: str, site=SITE) -> tuple[subprocess.CompletedProcess, Probe, LongStream]:
+    """Run a change with the probe on, starting the long stream as the run reaches the step that
+    stops the head's vLLM (the door drains it first); then wait until the probe is answered again."""
+    step = "Starting operation: " + HEAD_STOPS.get(task, "Stop the head's vLLM")
+    with Probe(url, key) as probe:
+        process = subprocess.Popen([str(PYINFRA), *args, "inventory.py", task], cwd=REPO,
+                                   env={**LAB_ENV, "DUAL_SPARK_SITE": str(site)}, stdin=subprocess.DEVNULL,
+                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+        stream, lines = LongStream(url, key), []
+        for line in process.stdout:
+            lines.append(line)
+            if stream.ident is None and step in line:
+                stream.started = time.monotonic()
+                stream.start()
+        process.wait(timeout=900)
+        ended = time.monotonic()
+        while not probe.answered_after(ended) and time.monotonic() - ended < 60:
+            time.sleep(0.5)
+        if stream.ident is not None:
+            stream.join()
+    result = subprocess.CompletedProcess(process.args, process.returncode, "".join(lines))
+    OUTPUTS.append(result.stdout)
+    return result, probe, stream
+
+
+def held_not_failed(change: str, probe: Probe, stream: LongStream) -> None:
+    """The front door's promise for a change: no request failed, the long one finished whole."""
+    assert not probe.failed(0), f"{len(probe.failed(0))} of {len(probe.results)} requests failed"
+    assert stream.ident is not None, "the run never reached the head's stop"
+    assert stream.finish == "length" and stream.tokens == LongStream.TOKENS, (stream.finish, stream.tokens)
+    DOWNTIME[change] = probe.longest_wait()
+    print(f"{change}: {len(probe.results)} requests, none failed, the longest waited {probe.longest_wait():.1f} s; "
+          f"the long request ({LongStream.TOKENS} tokens) took {stream.ended - stream.started:.1f} s")
 
 
 def model_label(node) -> str:
@@ -185,7 +256,7 @@ def test_a_new_revision_and_profile_are_staged_while_serving_then_switched_worke
     more file), with profile fast, while the pair serves adaptive: fetched, hashed and replicated
     into its own directory of the store by the runtime step alone, a probe every half second
     answered throughout; then the serving step stops the head, starts the worker, then the head,
-    the downtime the restart alone (printed), and fast serves one sequence at a time. The old
+    no request failing at the front door (the longest wait printed), and fast serves one sequence at a time. The old
     revision stays on disk (the stack before names it), and the next converge changes nothing.
     The next test rolls it all back."""
     url, key = api
@@ -203,12 +274,8 @@ def test_a_new_revision_and_profile_are_staged_while_serving_then_switched_worke
             started = time.monotonic()
             staged = pyinfra("-y", "--data", "profile=fast", task="tasks/runtime.py", site=site)
             switching = time.monotonic()
-            switched = pyinfra("-y", "--data", "profile=fast", task="tasks/serving.py", site=site)
-            switched_at = time.monotonic()
-            while not [answered for sent, answered in probe.results if answered and sent > switched_at] and \
-                    time.monotonic() - switched_at < 30:
-                time.sleep(0.5)
-        OUTPUTS.extend([staged.stdout, switched.stdout])
+        OUTPUTS.append(staged.stdout)
+        switched, held, stream = change_through_the_door(url, key, "-y", "--data", "profile=fast", task="tasks/serving.py", site=site)
         assert staged.returncode == 0, staged.stdout
         assert f"fetched {hub.repo}: commit {hub.commit}" in staged.stdout and "model replicated: bytes" in staged.stdout
         assert not probe.failed(started, switching), probe.results  # no failure while staging
@@ -220,10 +287,8 @@ def test_a_new_revision_and_profile_are_staged_while_serving_then_switched_worke
         assert head["profile"] == worker["profile"] == "fast"
         assert worker["started"] < head["started"], "the worker must start before the head"
         assert running_at_once(url, key) == 1  # fast: max_num_seqs 1
-        assert probe.failed(switching, switched_at) and not probe.failed(0, switching)  # the restart, and only it
-        DOWNTIME["new model revision (restart)"] = probe.downtime()
-        print(f"new model revision: staged in {switching - started:.0f} s serving throughout; "
-              f"{probe.downtime():.1f} s without service at the switch")
+        held_not_failed("new model revision and profile fast", held, stream)
+        print(f"new model revision: staged in {switching - started:.0f} s serving throughout")
         digest = json.loads((HEAD.root / new.lstrip("/") / ".dual-spark-manifest.json").read_text())["digest"][:12]
         for node in (HEAD, WORKER):
             assert container(node)["started"] > before[node.role]["started"] and model_label(node) == digest
@@ -261,10 +326,9 @@ def test_rollback_returns_to_the_state_before_the_new_revision(api):
     assert re.search(rf"^\s*\+\s+- {re.escape(old)}:/model:ro\s*$", dry.stdout, re.M), dry.stdout
     assert re.search(r"^\s*-\s+--max-num-seqs 1 ", dry.stdout, re.M) and re.search(r"^\s*\+\s+--max-num-seqs 4 ", dry.stdout, re.M)
     assert {node.role: container(node) for node in (HEAD, WORKER)} == before
-    started = time.monotonic()
-    result = run("-y", task="tasks/rollback.py")
+    result, probe, stream = change_through_the_door(url, key, "-y", task="tasks/rollback.py")
     assert result.returncode == 0, result.stdout
-    DOWNTIME["tasks/rollback.py (the whole run)"] = time.monotonic() - started
+    held_not_failed("tasks/rollback.py", probe, stream)
     assert "will return every node to profile adaptive, image dual-spark/lab-cpu:" in result.stdout and f"model {LAB_MODEL}" in result.stdout
     head, worker = container(HEAD), container(WORKER)
     assert head["profile"] == worker["profile"] == "adaptive" and worker["started"] < head["started"]
@@ -315,13 +379,9 @@ def test_a_change_that_does_not_serve_is_rolled_back(api, tmp_path, change):
         else:
             site = tmp_path / "site.toml"
             site.write_text(SITE.read_text() + "\n" + tables.format(build=load_site(SITE).images["lab-cpu"].build))
-        with Probe(url, key) as probe:
-            result = run("-y", "--data", f"profile={profile}", task="tasks/profile.py", site=site)
-            ended = time.monotonic()
-            while not probe.answered_after(ended) and time.monotonic() - ended < 30:
-                time.sleep(0.5)
+        result, probe, stream = change_through_the_door(url, key, "-y", "--data", f"profile={profile}", task="tasks/profile.py", site=site)
     assert result.returncode != 0, result.stdout
-    DOWNTIME[f"{change}, rolled back"] = probe.downtime()
+    held_not_failed(f"{change}, rolled back", probe, stream)
     assert re.search(rf"serving tiny \(profile {profile}\): no token after [\d.]+ s \(.*\); failing: .*spark-(head|worker): ", result.stdout), \
         result.stdout
     assert re.search(r"\|\s.*" + re.escape(reason), result.stdout) or reason in result.stdout, result.stdout
