@@ -279,7 +279,7 @@ def test_a_new_revision_and_profile_are_staged_while_serving_then_switched_worke
         assert staged.returncode == 0, staged.stdout
         assert f"fetched {hub.repo}: commit {hub.commit}" in staged.stdout and "model replicated: bytes" in staged.stdout
         assert not probe.failed(started, switching), probe.results  # no failure while staging
-        assert len([sent for sent, _ in probe.results if started <= sent <= switching]) >= 4
+        assert len([sent for sent, _, _ in probe.results if started <= sent <= switching]) >= 4
         assert switched.returncode == 0, switched.stdout
         stop = re.search(r"Stop the head's vLLM if any node's stack changes.*\n(?:.*\n)*?\s+\[spark-head\]\s+Success", switched.stdout)
         assert stop, switched.stdout
