@@ -28,6 +28,7 @@ def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None])
     if node.role == "head":
         workers = {other: reading for other, reading in readings.items() if other != name}
         checks += api_rows(name, mine, workers, cluster.profiles[mine_profile(mine, cluster)])
+        checks.append(door_row(name, cluster, mine["door"]))
         checks += record_rows(name, mine)
         if mine.get("prometheus") is not None:
             checks += prometheus_rows(name, mine["prometheus"])
@@ -146,6 +147,22 @@ def api_rows(name: str, head: dict, workers: dict[str, dict | None], profile: Pr
                             f"{rate:.0%} of draft tokens accepted since the start ({spec['accepted']:,} of {spec['draft_tokens']:,}), "
                             f"mean acceptance length {1 + spec['accepted'] / spec['drafts']:.2f}"))
     return checks
+
+
+def door_row(name: str, cluster: Cluster, door: dict | None) -> Check:
+    """The front door: where clients reach it, and its view of vLLM (drained only during a planned stop)."""
+    where = f"{cluster.settings.api_host}:{cluster.settings.api_port}"
+    if not door or not door["ok"]:
+        return Check(name, "front door", FAIL, (door or {}).get("error", "not read"),
+                     f"clients reach nothing at {where}: `systemctl status haproxy` on the head, then run the deploy (tasks/door.py)")
+    counts = f"{door['in_flight']} in flight, {door['requests']} sent to vLLM, {door['retried']} tried again since it started"
+    if "MAINT" in door["status"]:
+        return Check(name, "front door", FAIL, f"vLLM is in maintenance at the door: requests wait ({counts})",
+                     "`sudo systemctl reload haproxy` on the head: a reload starts with vLLM ready")
+    if "DRAIN" in door["status"]:
+        return Check(name, "front door", WARN, f"vLLM drained for a planned stop: new requests wait ({counts})",
+                     "a change is stopping vLLM; if none runs: `sudo systemctl reload haproxy` on the head")
+    return Check(name, "front door", PASS, f"answers at {where}: {counts}")
 
 
 def record_rows(name: str, head: dict) -> list[Check]:

@@ -35,6 +35,7 @@ class Status(TypedDict):
     api: dict | None
     records: dict[str, dict | None]
     prometheus: dict | None
+    door: dict | None
     unreadable: list[str]
 
 
@@ -46,7 +47,9 @@ class ServingStatus(FactBase[Status]):
     ``log_lines`` lines; ``api`` (on the head, where ``api`` names the URL and key file) what
     `health --metrics` read; ``records`` the states that served, recorded in ``stack_dir``
     (ServingState's); ``prometheus`` (on the head, where ``prometheus`` names its URL) what
-    `metrics rates` read: the recording rules of the last five minutes and the alerts.
+    `metrics rates` read: the recording rules of the last five minutes and the alerts; ``door``
+    (on the head, where ``door`` names its socket) what `door state` read: the front door's view
+    of vLLM, ``{"ok": False, "error": ...}`` without a door.
 
     .. code:: python
 
@@ -57,7 +60,8 @@ class ServingStatus(FactBase[Status]):
          "rdma": {...RdmaDevices...}, "api": {"ok": True, "model": "tiny", "max_model_len": 512, "metrics": {"spec": {"drafts": 40, ...}, ...}, ...},
          "records": {"served": {...}, "rollback": None},
          "prometheus": {"ok": True, "series": [{"name": "dual_spark:decode_tokens_per_second:per_stream", "labels": {...},
-                                                "mean": 34.5, "last": 35.1}, ...], "alerts": [], ...}, "unreadable": []}
+                                                "mean": 34.5, "last": 35.1}, ...], "alerts": [], ...},
+         "door": {"ok": True, "status": "no check", "in_flight": 0, "requests": 212, "retried": 3, ...}, "unreadable": []}
     """
 
     @staticmethod
@@ -65,10 +69,10 @@ class ServingStatus(FactBase[Status]):
         return {"now": None, "container": None, "watchdog": {"live": None, "starts": None, "unreadable": []}, "log": [],
                 "memory": GpuMemory.default(), "links": NetLinks.default(),
                 "rdma": RdmaDevices.default(), "api": None, "records": {"served": None, "rollback": None}, "prometheus": None,
-                "unreadable": []}
+                "door": None, "unreadable": []}
 
     def command(self, programs: str, rail_ip: str, port: int, state_file: str, log_lines: int, stack_dir: str,
-                api: dict | None = None, prometheus: str | None = None) -> StringCommand:
+                api: dict | None = None, prometheus: str | None = None, door: str | None = None) -> StringCommand:
         background = {
             "container": container_command(),
             "watchdog": StringCommand("python3", QuoteString(programs), "watchdog", "status", "--ip", rail_ip, "--port", str(port),
@@ -83,6 +87,8 @@ class ServingStatus(FactBase[Status]):
         if prometheus:
             background["prometheus"] = StringCommand("python3", QuoteString(programs), "metrics", "rates", "--url", QuoteString(prometheus),
                                                      "--window", str(RATES_WINDOW), "--timeout", "5", "2>/dev/null")
+        if door:
+            background["door"] = StringCommand("python3", QuoteString(programs), "door", "state", "--socket", QuoteString(door), "2>&1")
         return combined({"now": StringCommand("date", "-u", "+%Y-%m-%dT%H:%M:%SZ"), "links": NetLinks().command(),
                          "rdma": RdmaDevices().command(), **record_sections(stack_dir)}, background)
 
@@ -102,6 +108,7 @@ class ServingStatus(FactBase[Status]):
             "api": api_reading(sections.get("api")),
             "records": records,
             "prometheus": prometheus_reading(sections["prometheus"]) if "prometheus" in sections else None,
+            "door": door_reading(sections["door"]) if "door" in sections else None,
             "unreadable": sections[""] + unreadable + bad,
         }
 
@@ -125,3 +132,15 @@ def watchdog_reading(lines: list[str]) -> Watchdog:
         return {"live": value["live"], "starts": value["starts"], "unreadable": []}
     except (ValueError, IndexError, KeyError, TypeError):
         return {"live": None, "starts": None, "unreadable": found}
+
+
+def door_reading(lines: list[str]) -> dict:
+    """What `door state` printed: the door's view of vLLM; a reading that says why otherwise."""
+    found = [line for line in lines if line.strip()]
+    try:
+        value = json.loads(found[-1])["door"]
+    except (ValueError, IndexError, KeyError, TypeError):
+        return {"ok": False, "error": "`door state` printed nothing readable" + (f": {found[-1][:200]}" if found else "")}
+    if value is None:
+        return {"ok": False, "error": "no front door answers on this node (its runtime API's socket is missing)"}
+    return {"ok": True, **value} if isinstance(value, dict) else {"ok": False, "error": f"`door state` printed {value!r}"}

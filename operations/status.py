@@ -8,7 +8,7 @@ from pyinfra.api import operation
 from checks import Check
 from checks.status import status_checks
 from facts.status import ServingStatus
-from layout import paths
+from layout import DOOR, VLLM_HOST, paths
 from operations.verify import all_checks, answers, report, reports_here
 
 LOG_LINES = 12
@@ -21,11 +21,12 @@ def read_status(node) -> dict | None:
     cluster = node.data.cluster
     settings, me = cluster.settings, cluster.node(node.name)
     where = paths(settings.state_dir, settings.model_dir)
-    api = {"url": f"http://{settings.api_host}:{settings.api_port}", "key_file": where["api_key"]} if me.role == "head" else None
-    prometheus = {"prometheus": f"http://127.0.0.1:{settings.prometheus_port}"} if me.role == "head" and settings.observability else {}
+    head = me.role == "head"
+    api = {"url": f"http://{VLLM_HOST}:{settings.vllm_port}", "key_file": where["api_key"]} if head else None
+    prometheus = {"prometheus": f"http://127.0.0.1:{settings.prometheus_port}"} if head and settings.observability else {}
     return node.get_fact(ServingStatus, programs=where["programs"], rail_ip=me.fabric_addresses[0], port=settings.watchdog_port,
                          state_file=f"{where['serving']}/{me.role}-starts", log_lines=LOG_LINES, stack_dir=settings.stack_dir, api=api,
-                         **prometheus)
+                         door=DOOR["socket"] if head else None, **prometheus)
 
 
 def cluster_status(nodes: list) -> list[Check]:
@@ -37,8 +38,9 @@ def cluster_status(nodes: list) -> list[Check]:
 def status(node_names: list[str]):
     """
     Print one table of the serving cluster: per node its vLLM container (state, uptime,
-    restarts, image, profile), its watchdog, memory and rails; the head's API (a generated token,
-    the served model, its max model len) and speculative-decoding acceptance since the start.
+    restarts, image, profile), its watchdog, memory and rails; the head's vLLM (a generated token,
+    the served model, its max model len), its front door (vLLM's state there, the requests in
+    flight and tried again) and speculative-decoding acceptance since the start.
     A failing node shows the last lines of its log; any FAIL fails the run. Changes nothing.
 
     + node_names: the inventory names of every node, in rank order

@@ -21,6 +21,7 @@ MODEL = {"repo": "org/model", "revision": "ab" * 20}
 SERVED = {"cluster": "c1", "stack": "9d2e", "profile": "adaptive", "image": "dual-spark/x:1", "image_id": "sha256:" + "5e" * 32,
           "model": MODEL, "model_digest": "e8" * 6, "since": "2026-11-29T20:03:40Z"}
 BEFORE = {**SERVED, "cluster": "c0", "stack": "77aa", "profile": "fast", "since": "2026-11-28T10:00:00Z"}
+DOOR = {"ok": True, "status": "no check", "in_flight": 1, "requests": 212, "retried": 3, "connection_errors": 0, "response_errors": 0}
 LOG = ["RuntimeError: NCCL error: unhandled system error", "Engine core initialization failed."]
 
 
@@ -40,6 +41,7 @@ def reading(role: str, state: str = "running", health: str = "healthy", live: di
         "api": ({"ok": True, "model": "tiny", "max_model_len": 512, "error": None,
                  "metrics": {"spec": {"drafts": 400, "draft_tokens": 1200, "accepted": 750}, "running": 1, "waiting": 0}}
                 if role == "head" else None),
+        "door": DOOR if role == "head" else None,
     }
     return {**value, **changes}
 
@@ -210,3 +212,13 @@ def test_a_prometheus_that_does_not_answer_is_a_warning_with_its_fix():
     row = rows(reading("head", prometheus=down), reading("worker"))["spark-head", "metrics (Prometheus)"]
     assert row.status == WARN and "Connection refused" in row.detail and "systemctl status prometheus" in row.fix
     assert not any(item.startswith("metrics") for _, item in rows(reading("head"), reading("worker")))  # observability off: no row
+
+
+def test_the_front_door_says_what_it_holds_and_fails_when_clients_reach_nothing():
+    assert rows(reading("head"), reading("worker"))["spark-head", "front door"].detail == \
+        "answers at 127.0.0.1:8888: 1 in flight, 212 sent to vLLM, 3 tried again since it started"
+    draining = rows(reading("head", door={**DOOR, "status": "DRAIN"}), reading("worker"))["spark-head", "front door"]
+    assert draining.status == WARN and draining.detail.startswith("vLLM drained for a planned stop: new requests wait")
+    gone = rows(reading("head", door={"ok": False, "error": "no front door answers on this node"}), reading("worker"))["spark-head", "front door"]
+    assert gone.status == FAIL and "clients reach nothing at 127.0.0.1:8888" in gone.fix
+    assert rows(reading("head", door={**DOOR, "status": "MAINT"}), reading("worker"))["spark-head", "front door"].status == FAIL
