@@ -159,7 +159,7 @@ def observability_settings(cluster: Cluster, hostname: str) -> ObservabilitySett
         UNIT_FILES["collector"]: render("observability/dual-spark-metrics.service.j2", interval=interval, digest=digest("metrics.py", "atomic.py")[:16],
                                         programs=where["programs"], textfile=TEXTFILE, role=node.role,
                                         watchdog_state=f"{where['serving']}/{node.role}-starts", stack_dir=settings.stack_dir,
-                                        state=COLLECTOR_STATE, user=COLLECTOR_USER, rails=node.rail_data,
+                                        state=COLLECTOR_STATE, model_dir=settings.model_dir, user=COLLECTOR_USER, rails=node.rail_data,
                                         textfile_dir=TEXTFILE_DIR),
     }
     grafana_dir = f"{settings.stack_dir}/grafana"
