@@ -12,6 +12,7 @@ import hashlib
 import ipaddress
 import json
 import posixpath
+import re
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
@@ -113,7 +114,10 @@ def rule_files(cluster: Cluster) -> dict[str, str]:
 
 def rules_for(interval: int, expected_link_speed_mbps: int) -> dict[str, str]:
     """recording.yml and alerts.yml for a scrape ``interval`` in seconds."""
-    values = {"interval": interval, "window": window(interval), "jobs": SCRAPE_JOBS, "expected_link_speed_mbps": expected_link_speed_mbps}
+    # the node exporter's `file` label of the collector's textfile: its name, or its path (node exporter 1.6 on)
+    textfile = f"({re.escape(TEXTFILE_DIR + '/')})?{re.escape(posixpath.basename(TEXTFILE))}"
+    values = {"interval": interval, "window": window(interval), "jobs": SCRAPE_JOBS, "expected_link_speed_mbps": expected_link_speed_mbps,
+              "textfile": textfile, "textfile_dir": TEXTFILE_DIR}
     return {name: render(f"observability/{name}.j2", **values) for name in ("recording.yml", "alerts.yml")}
 
 
