@@ -426,6 +426,18 @@ def test_a_stale_alert_across_clocks_fails_its_test(rendered, tmp_path):
     assert done.returncode != 0 and "DualSparkCollectorStale" in done.stdout + done.stderr
 
 
+def test_every_runbook_is_a_section_of_the_docs_and_shows_the_value():
+    """Each alert's runbook_url names a heading of the page it points into (GitHub's anchor of
+    it), and the alert's description shows its $value."""
+    alerts = [rule for group in rules()["alerts.yml"]["groups"] for rule in group["rules"] if "runbook_url" in rule["annotations"]]
+    assert len(alerts) >= 10
+    for alert in alerts:
+        page, _, anchor = alert["annotations"]["runbook_url"].partition("#")
+        headings = re.findall(r"^#+ (.+)$", (REPO / page).read_text(), flags=re.M)
+        assert anchor in {re.sub(r"[^a-z0-9 -]", "", heading.lower()).replace(" ", "-") for heading in headings}, alert["alert"]
+        assert "$value" in alert["annotations"]["description"], alert["alert"]
+
+
 def test_the_rates_span_four_scrapes():
     assert window(15) == "60s" and window(30) == "120s" and window(5) == "60s"
 
