@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import posixpath
+import re
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
@@ -112,7 +113,10 @@ def rule_files(cluster: Cluster) -> dict[str, str]:
 
 def rules_for(interval: int, expected_link_speed_mbps: int) -> dict[str, str]:
     """recording.yml and alerts.yml for a scrape ``interval`` in seconds."""
-    values = {"interval": interval, "window": window(interval), "jobs": SCRAPE_JOBS, "expected_link_speed_mbps": expected_link_speed_mbps}
+    # the node exporter's `file` label of the collector's textfile: its name, or its path (node exporter 1.6 on)
+    textfile = f"({re.escape(TEXTFILE_DIR + '/')})?{re.escape(posixpath.basename(TEXTFILE))}"
+    values = {"interval": interval, "window": window(interval), "jobs": SCRAPE_JOBS, "expected_link_speed_mbps": expected_link_speed_mbps,
+              "textfile": textfile, "textfile_dir": TEXTFILE_DIR}
     return {name: render(f"observability/{name}.j2", **values) for name in ("recording.yml", "alerts.yml")}
 
 
@@ -158,7 +162,7 @@ def observability_settings(cluster: Cluster, hostname: str) -> ObservabilitySett
         UNIT_FILES["collector"]: render("observability/dual-spark-metrics.service.j2", interval=interval, digest=digest("metrics.py", "atomic.py")[:16],
                                         programs=where["programs"], textfile=TEXTFILE, role=node.role,
                                         watchdog_state=f"{where['serving']}/{node.role}-starts", stack_dir=settings.stack_dir,
-                                        state=COLLECTOR_STATE, user=COLLECTOR_USER, rails=node.rail_data,
+                                        state=COLLECTOR_STATE, model_dir=settings.model_dir, user=COLLECTOR_USER, rails=node.rail_data,
                                         textfile_dir=TEXTFILE_DIR),
     }
     grafana_dir = f"{settings.stack_dir}/grafana"

@@ -107,12 +107,21 @@ def labels_of(series: str) -> dict[str, str]:
 
 
 def annotations(alert: dict, labels: dict) -> dict:
-    """An alert's annotations as Prometheus fills its templates for these labels."""
-    return {key: re.sub(r"{{ \$labels\.(\w+) }}", lambda match: labels.get(match.group(1), ""), text)
-            for key, text in alert.get("annotations", {}).items()}
+    """An alert's annotations as Prometheus fills its templates for these labels, and its value as
+    ``labels["$value"]`` says Prometheus shows it (through the template's function, if any)."""
+    def filled(match: re.Match) -> str:
+        return labels.get(match.group(1), "") if match.group(1) else labels["$value"]
+
+    return {key: re.sub(r"{{ \$labels\.(\w+) }}|{{ \$value(?: \| \w+)? }}", filled, text) for key, text in alert.get("annotations", {}).items()}
 
 
 HEAD, WORKER = {"node": "spark-head"}, {"node": "spark-worker"}
+HEAD_NODE, WORKER_NODE = {**HEAD, "job": "node", "instance": "x:9100"}, {**WORKER, "job": "node", "instance": "x:9100"}
+GB10 = {"gpu": "0", "name": "NVIDIA GB10"}
+ROOT = {"mountpoint": "/", "device": "/dev/nvme0n1p2", "fstype": "ext4"}
+STORE = {"model_dir": "/var/lib/dual-spark/model", "mountpoint": "/"}
+# The node exporter's `file` label of the textfile: its path (node exporter 1.6 on), or its name (before)
+TEXTFILE_LABEL = {HEAD["node"]: {"file": "/var/lib/dual-spark-metrics/dual-spark.prom"}, WORKER["node"]: {"file": "dual-spark.prom"}}
 VLLM = {**HEAD, "job": "vllm", "instance": "127.0.0.1:8888"}
 MODEL = {**HEAD, "model_name": "tiny"}
 
@@ -134,7 +143,26 @@ def serving(minutes: int = 20) -> list[dict]:
               s("vllm:spec_decode_num_accepted_tokens_total", engine, f"0+150x{steps}")]
     for node in (HEAD, WORKER):
         target = {**node, "job": "node", "instance": "x:9100"}
-        series += [s("up", target, f"1x{steps}"), s("dual_spark_collector_last_run_timestamp_seconds", target, f"0+{INTERVAL}x{steps}"),
+        # Healthy, and nothing that may fire: the head's clock 0.2 s ahead, a hardware slowdown one
+        # reading in four, 10% of the memory left (vLLM takes 80-85%), an EFI partition that is full
+        # but holds no model, rx_dropped rising (frames no one listens for), an old error counter
+        # that does not rise; and on the head a reading that failed once.
+        ahead = 0.2 if node is HEAD else 0
+        series += [s("up", target, f"1x{steps}"), s("node_time_seconds", target, f"{ahead}+{INTERVAL}x{steps}"),
+                   s("node_textfile_mtime_seconds", {**target, **TEXTFILE_LABEL[node["node"]]}, f"0+{INTERVAL}x{steps}"),
+                   s("node_textfile_scrape_error", target, f"0x{steps}"),
+                   s("dual_spark_gpu_readable", {**target, "state": "ok"}, f"1x{steps}"), s("dual_spark_gpu_info", {**target, **GB10}, f"1x{steps}"),
+                   s("dual_spark_gpu_slowdown_active", {**target, **GB10, "reason": "hw_slowdown"}, " ".join(["0 0 0 1"] * (steps // 4))),
+                   s("dual_spark_gpu_slowdown_active", {**target, **GB10, "reason": "hw_thermal_slowdown"}, f"0x{steps}"),
+                   s("dual_spark_unified_memory_total_bytes", target, f"128000000000x{steps}"),
+                   s("dual_spark_unified_memory_available_bytes", target, f"12800000000x{steps}"),
+                   s("node_filesystem_avail_bytes", {**target, **ROOT}, f"1000000000000x{steps}"),
+                   s("node_filesystem_size_bytes", {**target, **ROOT}, f"4000000000000x{steps}"),
+                   s("node_filesystem_avail_bytes", {**target, "mountpoint": "/boot/efi", "device": "/dev/nvme0n1p1", "fstype": "vfat"},
+                     f"1000000x{steps}"),
+                   s("node_filesystem_size_bytes", {**target, "mountpoint": "/boot/efi", "device": "/dev/nvme0n1p1", "fstype": "vfat"},
+                     f"1000000000x{steps}"),
+                   s("dual_spark_model_store_info", {**target, **STORE}, f"1x{steps}"),
                    s("dual_spark_watchdog_failed_starts", {**target, "role": "head" if node is HEAD else "worker"}, f"0x{steps}"),
                    s("dual_spark_watchdog_starts_total", {**target, "role": "head" if node is HEAD else "worker"}, f"1x{steps}"),
                    s("dual_spark_vllm_container_restarts_total", {**target, "role": "head" if node is HEAD else "worker"}, f"0x{steps}")]
@@ -142,8 +170,24 @@ def serving(minutes: int = 20) -> list[dict]:
             labels = {**target, "rail": str(rail), "netdev": netdev}
             series += [s("dual_spark_rail_up", labels, f"1x{steps}"), s("dual_spark_rail_present", labels, f"1x{steps}"),
                        s("dual_spark_rail_speed_mbps", labels, f"200000x{steps}"),
-                       s("dual_spark_rail_roce_port_active", {**labels, "rdma": "rocep1s0f0", "port": "1"}, f"1x{steps}")]
-    return series
+                       s("dual_spark_rail_roce_port_active", {**labels, "rdma": "rocep1s0f0", "port": "1"}, f"1x{steps}"),
+                       s("dual_spark_rail_errors_total", {**labels, "path": "netdev", "counter": "rx_dropped"}, f"0+3x{steps}"),
+                       s("dual_spark_rail_errors_total", {**labels, "path": "rdma", "port": "1", "counter": "symbol_error"}, f"5x{steps}")]
+    return [*series, s("dual_spark_collector_errors", {**HEAD, "job": "node", "instance": "x:9100", "reading": "rail 1"},
+                       f"_x30 1 _x{steps - 31}")]
+
+
+def cut(series: list[dict], labels: dict, after: int = 20) -> list[dict]:
+    """``series`` with those of ``labels`` (but ``up``) ending after ``after`` steps, as a failed scrape
+    ends them (a staleness marker): a node gone."""
+    def ended(values: str) -> str:
+        first, _, steps = values.rpartition("x") if " " not in values else ("", "", "")
+        kept = f"{first}x{after}" if first else " ".join(values.split()[:after + 1])
+        total = int(steps) if first else len(values.split()) - 1
+        return f"{kept} stale _x{total - after - 1}"
+
+    return [{**item, "values": ended(item["values"])} if labels_of(item["series"]).items() >= labels.items()
+            and not item["series"].startswith("up{") else item for item in series]
 
 
 def replaced(series: list[dict], *changes: dict) -> list[dict]:
@@ -204,15 +248,65 @@ FAULTS = {
                                                             "1x19 2x4 3x4 4x4 5x4 6x4 7x4 8x60")), {
         "DualSparkWatchdogRestartLoop": ([6, 11, 14, 16], []),
     }),
-    "a node gone": (replaced(serving(), s("up", {**WORKER, "job": "node", "instance": "x:9100"}, "1x20 0x60"),
-                             s("dual_spark_collector_last_run_timestamp_seconds", {**WORKER, "job": "node", "instance": "x:9100"},
-                               f"0+{INTERVAL}x20 _x60")), {
-        "DualSparkNodeDown": ([5], [(7, [{**WORKER, "job": "node", "instance": "x:9100"}])]),
-        "DualSparkCollectorStale": ([7], [(10, [{**WORKER, "job": "node", "instance": "x:9100"}])]),  # its textfile with it
+    # Everything its exporter served ends with it: only NodeDown says so (its textfile, GPU and rails
+    # are not judged stale or missing on a node no one can read).
+    "a node gone": (replaced(cut(serving(), WORKER_NODE), s("up", WORKER_NODE, "1x20 0x60")), {
+        "DualSparkNodeDown": ([5], [(7, [WORKER_NODE])]),
     }),
-    "a collector that stopped": (replaced(serving(), s("dual_spark_collector_last_run_timestamp_seconds",
-                                                       {**HEAD, "job": "node", "instance": "x:9100"}, "0+15x20 300x60")), {
-        "DualSparkCollectorStale": ([7], [(10, [{**HEAD, "job": "node", "instance": "x:9100"}])]),
+    # The file's age on the node's own clock: its mtime stops at 300 s while the node's time goes on.
+    "a collector that stopped": (replaced(serving(), s("node_textfile_mtime_seconds", {**HEAD_NODE, **TEXTFILE_LABEL["spark-head"]},
+                                                       "0+15x20 300x60")), {
+        "DualSparkCollectorStale": ([7], [(10, [{**HEAD_NODE, "$value": "5m 0s"}])]),
+    }),
+    "a collector that never wrote its file": (replaced(serving(), s("node_textfile_mtime_seconds", {**WORKER_NODE, **TEXTFILE_LABEL["spark-worker"]},
+                                                                    "_x80")), {
+        "DualSparkCollectorStale": ([], [(5, [{**WORKER_NODE, "$value": "+Inf"}]), (10, [{**WORKER_NODE, "$value": "+Inf"}])]),
+    }),
+    # The worker's clock falls ten minutes behind at 10:15, and its collector writes by it: the file is
+    # as fresh as ever by the node's clock, where the head's time() against its mtime says 10 min old.
+    "a worker's clock ten minutes behind": (replaced(serving(), s("node_time_seconds", WORKER_NODE, "0+15x40 15+15x39"),
+                                                     s("node_textfile_mtime_seconds", {**WORKER_NODE, **TEXTFILE_LABEL["spark-worker"]},
+                                                       "0+15x40 15+15x39")), {
+        "DualSparkClockSkew": ([5, 6, 10, 12], [(14, [{**WORKER_NODE, "$value": "-10m 0s"}]), (16, [{**WORKER_NODE, "$value": "-10m 0s"}])]),
+    }),
+    "a textfile the node exporter cannot parse": (replaced(serving(), s("node_textfile_scrape_error", WORKER_NODE, "0x20 1x60"),
+                                                           s("node_textfile_mtime_seconds", {**WORKER_NODE, **TEXTFILE_LABEL["spark-worker"]},
+                                                             "0+15x20 stale")), {
+        "DualSparkTextfileScrapeError": ([5], [(7, [{**WORKER_NODE, "$value": "1"}])]),  # not stale as well: one fault, one alert
+    }),
+    "a reading that keeps failing": (replaced(serving(), s("dual_spark_collector_errors", {**HEAD_NODE, "reading": "meminfo"}, "_x21 1x59")), {
+        "DualSparkCollectorErrors": ([5], [(7, [{**HEAD_NODE, "reading": "meminfo", "$value": "8"}])]),
+    }),
+    # nvidia-smi prints "No devices were found" from 5:15: the GPU's readings end, the collector says
+    # so (its "gpu" error is this alert's, not CollectorErrors').
+    "a GPU nvidia-smi no longer reads": (replaced(serving(), s("dual_spark_gpu_readable", {**WORKER_NODE, "state": "ok"}, "1x20 stale"),
+                                                  s("dual_spark_gpu_readable", {**WORKER_NODE, "state": "No devices were found"}, "_x21 0x59"),
+                                                  s("dual_spark_gpu_info", {**WORKER_NODE, **GB10}, "1x20 stale"),
+                                                  s("dual_spark_gpu_slowdown_active", {**WORKER_NODE, **GB10, "reason": "hw_thermal_slowdown"},
+                                                    "0x20 stale"),
+                                                  s("dual_spark_collector_errors", {**WORKER_NODE, "reading": "gpu"}, "_x21 1x59")), {
+        "DualSparkGpuUnreadable": ([5], [(7, [{**WORKER_NODE, "state": "No devices were found", "$value": "0"}])]),
+    }),
+    # A worker with two GPUs: the second vanishes from nvidia-smi's list at 5:15, the first still reads.
+    "a GPU that vanishes from the readings": (replaced(serving(), s("dual_spark_gpu_info", {**WORKER_NODE, "gpu": "1", "name": "NVIDIA GB10"},
+                                                                    "1x20 stale")), {
+        "DualSparkGpuMissing": ([5], [(7, [{**WORKER, "$value": "1"}]), (16, [{**WORKER, "$value": "1"}])]),
+    }),
+    "a GPU slowed down by heat": (replaced(serving(), s("dual_spark_gpu_slowdown_active", {**HEAD_NODE, **GB10, "reason": "hw_thermal_slowdown"},
+                                                        "0x20 1x60")), {
+        "DualSparkGpuThrottled": ([6, 7], [(10, [{**HEAD_NODE, **GB10, "reason": "hw_thermal_slowdown", "$value": "95.24%"}])]),
+    }),
+    "unified memory nearly gone": (replaced(serving(), s("dual_spark_unified_memory_available_bytes", HEAD_NODE, "12800000000x20 3840000000x60")), {
+        "DualSparkUnifiedMemoryLow": ([6], [(8, [{**HEAD_NODE, "$value": "3%"}])]),
+    }),
+    "the model store filling": (replaced(serving(), s("node_filesystem_avail_bytes", {**WORKER_NODE, **ROOT}, "1000000000000x20 200000000000x60")), {
+        "DualSparkModelStoreFilling": ([5], [(7, [{**WORKER, **STORE, "$value": "5%"}])]),
+    }),
+    "a rail counting errors": (replaced(serving(), s("dual_spark_rail_errors_total", {**WORKER_NODE, "rail": "1", "netdev": "enP2p1s0f0np0",
+                                                                                       "path": "rdma", "port": "1", "counter": "symbol_error"},
+                                                     "5x20 5+2x60")), {
+        "DualSparkRailErrors": ([5], [(7, [{**WORKER_NODE, "rail": "1", "netdev": "enP2p1s0f0np0", "path": "rdma", "port": "1",
+                                            "counter": "symbol_error", "$value": "14.25"}])]),
     }),
     "a full KV cache with requests waiting": (replaced(serving(), s("vllm:kv_cache_usage_perc", engine_labels(), "0.3x20 0.99x60"),
                                                        s("vllm:num_requests_waiting", engine_labels(), "0x30 3x60")), {
@@ -241,7 +335,8 @@ def alert_tests(alert_rules: dict, faults: tuple[str, ...] = tuple(FAULTS)) -> d
                 fires = next((labels for at, labels in firing if at == time), None)
                 if fires is None and time not in silent:
                     continue
-                exp = [{"exp_labels": {**labels, **alert.get("labels", {})}, "exp_annotations": annotations(alert, labels)}
+                exp = [{"exp_labels": {**{k: v for k, v in labels.items() if k != "$value"}, **alert.get("labels", {})},
+                        "exp_annotations": annotations(alert, labels)}
                        for labels in fires or []]
                 cases.append({"eval_time": f"{int(time * 60)}s", "alertname": name, "exp_alerts": exp})
         tests.append({"name": fault, "interval": f"{INTERVAL}s", "input_series": series, "alert_rule_test": cases})
@@ -250,7 +345,8 @@ def alert_tests(alert_rules: dict, faults: tuple[str, ...] = tuple(FAULTS)) -> d
 
 def recording_tests() -> dict:
     """The recording rules on known series: one request of 101 tokens, 2 s of decode, finishes every
-    15 s; 4 drafts of 3 tokens per 15 s, 3 first and 1 second positions accepted; two rails' counters."""
+    15 s; 4 drafts of 3 tokens per 15 s, 3 first and 1 second positions accepted; two rails' counters;
+    a head with two GPUs and a worker whose nvidia-smi lists none."""
     labels = engine_labels()
     steps = 40
     series = [s("vllm:request_generation_tokens_sum", labels, f"0+101x{steps}"), s("vllm:request_generation_tokens_count", labels, f"0+1x{steps}"),
@@ -262,7 +358,10 @@ def recording_tests() -> dict:
               s("vllm:spec_decode_num_accepted_tokens_per_pos_total", {**labels, "position": "1"}, f"0+1x{steps}"),
               s("vllm:spec_decode_num_accepted_tokens_per_pos_total", {**labels, "position": "2"}, f"0+0x{steps}"),
               s("dual_spark_rail_transmit_bytes_total", {**WORKER, "job": "node", "rail": "0", "netdev": "enp1s0f0np0", "path": "rdma",
-                                                          "port": "1"}, f"0+{15 * 10**9}x{steps}")]
+                                                          "port": "1"}, f"0+{15 * 10**9}x{steps}"),
+              s("dual_spark_gpu_readable", {**HEAD_NODE, "state": "ok"}, f"1x{steps}"),
+              s("dual_spark_gpu_info", {**HEAD_NODE, **GB10}, f"1x{steps}"), s("dual_spark_gpu_info", {**HEAD_NODE, **GB10, "gpu": "1"}, f"1x{steps}"),
+              s("dual_spark_gpu_readable", {**WORKER_NODE, "state": "No devices were found"}, f"0x{steps}")]
     group = {**MODEL}
 
     def expect(expr: str, value: float, labels: dict = group) -> dict:
@@ -280,6 +379,9 @@ def recording_tests() -> dict:
              "value": value}
             for position, value in (("0", 0.75), ("1", 0.25), ("2", 0))]},
         expect("dual_spark:rail_transmit_bytes_per_second", 10**9, {**WORKER, "rail": "0", "netdev": "enp1s0f0np0", "path": "rdma"}),
+        {"expr": "dual_spark:gpus:count", "eval_time": "5m", "exp_samples": [  # none listed: 0, not nothing
+            {"labels": '{__name__="dual_spark:gpus:count",node="spark-head"}', "value": 2},
+            {"labels": '{__name__="dual_spark:gpus:count",node="spark-worker"}', "value": 0}]},
     ]
     return {"rule_files": ["recording.yml"], "evaluation_interval": f"{INTERVAL}s",
             "tests": [{"name": "the recording rules", "interval": f"{INTERVAL}s", "input_series": series, "promql_expr_test": tests}]}
@@ -288,8 +390,11 @@ def recording_tests() -> dict:
 def test_every_alert_fires_on_its_fault_and_stays_silent_otherwise(rendered):
     """A killed worker (the head stops generating, then its API is down until the pair heals), a
     rail at 100G, a rail down, a restart loop, vLLM dying again and again after it serves (and
-    deliberate changes as often, which are no loop), a node gone, a collector stopped, a full KV cache with
-    requests waiting, speculation that accepts nothing; and a healthy cluster, where none fires."""
+    deliberate changes as often, which are no loop), a node gone, a collector stopped or never
+    written, a clock behind, a textfile that does not parse, a reading that keeps failing, a GPU
+    unread or gone, a GPU slowed by heat, memory or the model store running out, a rail counting
+    errors, a full KV cache with requests waiting, speculation that accepts nothing; and a healthy
+    cluster, where none fires."""
     here = rendered["pair"]
     alert_rules = yaml.safe_load((here / "alerts.yml").read_text())
     fired = {name for _, expected in FAULTS.values() for name in expected}
@@ -308,6 +413,31 @@ def test_an_alert_that_stays_silent_fails_its_test(rendered, tmp_path):
     (tmp_path / "alerts_test.yml").write_text(yaml.safe_dump(alert_tests(alert_rules, ("a rail at 100G",)), sort_keys=False))
     done = subprocess.run([tool("promtool"), "test", "rules", "alerts_test.yml"], cwd=tmp_path, capture_output=True, text=True)
     assert done.returncode != 0 and "DualSparkRailSlow" in done.stdout + done.stderr
+
+
+def test_a_stale_alert_across_clocks_fails_its_test(rendered, tmp_path):
+    """The clock test can fail: the textfile's age taken on the head's clock, as it was."""
+    ours = "node_time_seconds - ignoring (file) node_textfile_mtime_seconds"
+    assert ours in (rendered["pair"] / "alerts.yml").read_text()
+    for name in ("recording.yml", "alerts.yml"):
+        (tmp_path / name).write_text((rendered["pair"] / name).read_text().replace(ours, "time() - node_textfile_mtime_seconds"))
+    alert_rules = yaml.safe_load((tmp_path / "alerts.yml").read_text())
+    (tmp_path / "alerts_test.yml").write_text(yaml.safe_dump(alert_tests(alert_rules, ("a worker's clock ten minutes behind",)),
+                                                             sort_keys=False))
+    done = subprocess.run([tool("promtool"), "test", "rules", "alerts_test.yml"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode != 0 and "DualSparkCollectorStale" in done.stdout + done.stderr
+
+
+def test_every_runbook_is_a_section_of_the_docs_and_shows_the_value():
+    """Each alert's runbook_url names a heading of the page it points into (GitHub's anchor of
+    it), and the alert's description shows its $value."""
+    alerts = [rule for group in rules()["alerts.yml"]["groups"] for rule in group["rules"] if "runbook_url" in rule["annotations"]]
+    assert len(alerts) >= 10
+    for alert in alerts:
+        page, _, anchor = alert["annotations"]["runbook_url"].partition("#")
+        headings = re.findall(r"^#+ (.+)$", (REPO / page).read_text(), flags=re.M)
+        assert anchor in {re.sub(r"[^a-z0-9 -]", "", heading.lower()).replace(" ", "-") for heading in headings}, alert["alert"]
+        assert "$value" in alert["annotations"]["description"], alert["alert"]
 
 
 def test_the_rates_span_four_scrapes():

@@ -2,16 +2,18 @@
 read back for `tasks/status.py`.
 
     metrics collect --out FILE --role ROLE --watchdog-state FILE --stack-dir DIR --state FILE
-                    [--rail NETDEV,RDMA ...] [--interval SECONDS] [--once]
+                    --model-dir DIR [--rail NETDEV,RDMA ...] [--interval SECONDS] [--once]
         Every --interval seconds, write FILE (atomically: a temporary file beside it, renamed):
-        the GPU's power, temperature, SM clock and utilisation (nvidia-smi; a GB10 reads [N/A]
-        for its memory, so the unified memory comes from /proc/meminfo's MemAvailable), each
-        rail's link state, speed, MTU and byte and error counters (the netdev's and, where sysfs
-        has them, its RDMA port's), the watchdog's backoff record (with the restarts of the vLLM
-        container it counts) and the starts seen in it, and the state that serves (profile, image,
-        model revision) as an info metric. A reading that fails is left out, never guessed;
-        dual_spark_collector_errors says which. It runs as a user of its own: it reads what others
-        may read, writes FILE's directory only, and needs neither root nor Docker.
+        each GPU nvidia-smi lists, its power, temperature, SM clock and utilisation and the
+        slowdowns it reports (a GB10 reads [N/A] for its memory, so the unified memory comes from
+        /proc/meminfo's MemAvailable), the mount point holding the model store (as the node
+        exporter names it), each rail's link state, speed, MTU and byte and error counters (the
+        netdev's and, where sysfs has them, its RDMA port's), the watchdog's backoff record (with
+        the restarts of the vLLM container it counts) and the starts seen in it, and the state that
+        serves (profile, image, model revision) as an info metric. A reading that fails is left
+        out, never guessed; dual_spark_collector_errors says which. Its own record (--state) that
+        it cannot use is set aside, never a reason to stop. It runs as a user of its own: it reads
+        what others may read, writes FILE's directory only, and needs neither root nor Docker.
     metrics ready --url URL [--wait SECONDS] [--after WHAT]
         Wait until Prometheus answers /-/ready; fail saying where to look when it does not.
     metrics rates --url URL [--window SECONDS]
@@ -25,6 +27,8 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
+import re
 import subprocess
 import sys
 import time
@@ -43,6 +47,11 @@ GPU_METRICS = {
     "clocks.sm": ("dual_spark_gpu_sm_clock_hertz", "GPU SM clock (nvidia-smi clocks.sm).", 1e6),
     "utilization.gpu": ("dual_spark_gpu_utilization_ratio", "GPU utilisation, 0 to 1 (nvidia-smi utilization.gpu).", 0.01),
 }
+# The clock event reasons nvidia-smi reports that slow a GPU down for a fault (not idleness, an
+# application clock, or the power cap a GPU under load meets), by their field names, and each one's
+# bit in clocks_event_reasons.active (NVML's nvmlClocksEventReason*).
+SLOWDOWNS = {"hw_slowdown": 0x8, "sw_thermal_slowdown": 0x20, "hw_thermal_slowdown": 0x40, "hw_power_brake_slowdown": 0x80}
+EVENT_FIELDS = ("index", "clocks_event_reasons.active", *(f"clocks_event_reasons.{reason}" for reason in SLOWDOWNS))
 NOT_READ = {"", "[N/A]", "N/A", "[Not Supported]", "Not Supported", "[Unknown Error]", "[Insufficient Permissions]"}
 # sysfs counters of a netdev (statistics/) and of an RDMA port (counters/); port_*_data counts 4-byte words
 NETDEV_BYTES = {"transmit": "tx_bytes", "receive": "rx_bytes"}
@@ -110,11 +119,41 @@ def gpu_readings(lines: list[str]) -> tuple[list[dict], str]:
     return gpus, "ok" if gpus else (other[0] if other else "no output")
 
 
+def slowdowns(lines: list[str]) -> dict[str, dict[str, float]]:
+    """nvidia-smi's CSV (EVENT_FIELDS, noheader) as each GPU's SLOWDOWNS, 1 active and 0 not: a
+    reason's own field ("Active", "Not Active"), else its bit of the bitmask ("0x0000000000000048");
+    a reason neither says ([N/A]) is left out."""
+    found = {}
+    for line in lines:
+        fields = [field.strip() for field in line.split(",")]
+        if len(fields) != len(EVENT_FIELDS) or not fields[0].isdigit():
+            continue
+        values = dict(zip(EVENT_FIELDS, fields))
+        try:
+            mask = int(values["clocks_event_reasons.active"], 16)
+        except ValueError:
+            mask = None
+        reasons = {}
+        for reason, bit in SLOWDOWNS.items():
+            text = values[f"clocks_event_reasons.{reason}"]
+            if text in ("Active", "Not Active"):
+                reasons[reason] = float(text == "Active")
+            elif mask is not None:
+                reasons[reason] = float(bool(mask & bit))
+        found[fields[0]] = reasons
+    return found
+
+
+def query(command: list[str], fields: tuple[str, ...], units: bool = True) -> list[str]:
+    """nvidia-smi's CSV lines for ``fields``, one per GPU (its other lines as printed)."""
+    done = subprocess.run([*command, f"--query-gpu={','.join(fields)}", "--format=csv,noheader" + (",nounits" if units else "")],
+                          capture_output=True, text=True, timeout=20)
+    return done.stdout.splitlines() if done.returncode == 0 else [*done.stdout.splitlines(), *done.stderr.splitlines()]
+
+
 def read_gpus(command: list[str], metrics: Metrics, errors: list[str]) -> None:
     try:
-        done = subprocess.run([*command, f"--query-gpu={','.join(GPU_FIELDS)}", "--format=csv,noheader,nounits"],
-                              capture_output=True, text=True, timeout=20)
-        gpus, state = gpu_readings(done.stdout.splitlines())
+        gpus, state = gpu_readings(query(command, GPU_FIELDS))
     except FileNotFoundError:
         gpus, state = [], "absent"
     except (OSError, subprocess.SubprocessError) as error:
@@ -125,9 +164,27 @@ def read_gpus(command: list[str], metrics: Metrics, errors: list[str]) -> None:
         errors.append("gpu")
     for gpu in gpus:
         labels = {"gpu": gpu["index"], "name": gpu["name"]}
+        metrics.add("dual_spark_gpu_info", "gauge", "A GPU nvidia-smi listed.", labels, 1.0)
         for field, (name, help_text, factor) in GPU_METRICS.items():
             value = number(gpu[field])
             metrics.add(name, "gauge", help_text, labels, value * factor if value is not None else None)
+    if gpus:
+        read_slowdowns(command, {gpu["index"]: gpu["name"] for gpu in gpus}, metrics, errors)
+
+
+def read_slowdowns(command: list[str], names: dict[str, str], metrics: Metrics, errors: list[str]) -> None:
+    """The slowdowns of the GPUs ``names`` lists (index -> name), in a query of their own: a driver
+    that lacks the fields fails this query, never the readings above."""
+    try:
+        found = slowdowns(query(command, EVENT_FIELDS, units=False))
+    except (OSError, subprocess.SubprocessError):
+        found = {}
+    if not found:
+        errors.append("gpu slowdowns")
+    for index, reasons in found.items():
+        for reason, value in reasons.items():
+            metrics.add("dual_spark_gpu_slowdown_active", "gauge", "1 while nvidia-smi reports this clock event reason active.",
+                        {"gpu": index, "name": names.get(index, ""), "reason": reason}, value)
 
 
 def meminfo(text: str) -> dict[str, float]:
@@ -201,6 +258,31 @@ def add_rail(metrics: Metrics, index: int, netdev: str, rdma: str, reading: dict
                         value)
 
 
+def mount_point(mountinfo: str, path: str) -> str | None:
+    """The mount point holding ``path`` in a mount table (/proc/PID/mountinfo, whose fifth field is
+    the mount point with octal escapes: "\\040" for a space): the longest that is ``path`` or above it."""
+    held = None
+    for line in mountinfo.splitlines():
+        fields = line.split()
+        if len(fields) < 5:
+            continue
+        point = re.sub(r"\\([0-7]{3})", lambda match: chr(int(match.group(1), 8)), fields[4])
+        if (path == point or path.startswith(point.rstrip("/") + "/")) and (held is None or len(point) > len(held)):
+            held = point
+    return held
+
+
+def read_model_store(proc: Path, model_dir: str, metrics: Metrics, errors: list[str]) -> None:
+    """The mount point of the model store as the node exporter names it: from PID 1's mount table,
+    which it reads (its own, where that is hidden), not this sandbox's."""
+    table = read_file(proc / "1/mountinfo") or read_file(proc / "self/mountinfo") or ""
+    point = mount_point(table, os.path.realpath(model_dir))
+    if point is None:
+        errors.append("mounts")
+    metrics.add("dual_spark_model_store_info", "gauge", "The model store and the mount point holding it.",
+                {"model_dir": model_dir, "mountpoint": point}, None if point is None else 1.0)
+
+
 def count(value) -> int | None:
     return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
@@ -259,6 +341,7 @@ def collect(args, state: dict) -> tuple[str, dict]:
                 memory.get("MemAvailable"))
     if not memory:
         errors.append("meminfo")
+    read_model_store(Path(args.proc), args.model_dir, metrics, errors)
     for index, rail in enumerate(args.rail):
         netdev, _, rdma = rail.partition(",")
         try:
@@ -289,16 +372,37 @@ def collect(args, state: dict) -> tuple[str, dict]:
         metrics.add("dual_spark_serving_info", "gauge", "The state that serves, as the last first token recorded it.", served, 1.0)
     for reading in errors:
         metrics.add("dual_spark_collector_errors", "gauge", "1 for each reading that failed this time.", {"reading": reading}, 1.0)
-    metrics.add("dual_spark_collector_last_run_timestamp_seconds", "gauge", "When the collector last wrote this file.", {}, time.time())
     return metrics.text(), state
 
 
+def usable(state) -> bool:
+    """Whether ``state`` is what this collector writes: starts_seen's record."""
+    return (isinstance(state, dict) and set(state) == {"mtime", "healthy", "failed", "starts"}
+            and (state["mtime"] is None or (isinstance(state["mtime"], (int, float)) and not isinstance(state["mtime"], bool)))
+            and (state["healthy"] is None or isinstance(state["healthy"], bool))
+            and count(state["failed"]) is not None and count(state["starts"]) is not None)
+
+
 def load_state(path: Path) -> dict:
+    """The collector's own record, or {} (a first reading). One it cannot use (not JSON, other
+    types, not what it wrote) is set aside as FILE.unusable, said on stderr: collection goes on."""
     try:
         state = json.loads(path.read_text())
-        return state if isinstance(state, dict) else {}
-    except (OSError, ValueError):
+        if usable(state):
+            return state
+        why = "not a record of the starts it has seen"
+    except FileNotFoundError:
         return {}
+    except (OSError, ValueError) as error:
+        why = f"unreadable ({error})"
+    aside = path.with_name(path.name + ".unusable")
+    try:
+        os.replace(path, aside)
+        done = f"set aside as {aside}"
+    except OSError as error:
+        done = f"not set aside ({error})"
+    print(f"dual-spark metrics: {path} is {why}: {done}; starts are counted from now", file=sys.stderr, flush=True)
+    return {}
 
 
 def collect_loop(args) -> None:
@@ -374,6 +478,7 @@ def main(argv: list[str], prog: str) -> None:
     c.add_argument("--watchdog-state", required=True, help="the watchdog's backoff record")
     c.add_argument("--stack-dir", required=True, help="where served/state.json is")
     c.add_argument("--state", required=True, help="this collector's own record (the starts it has seen)")
+    c.add_argument("--model-dir", required=True, help="the model store, whose file system the node exporter watches")
     c.add_argument("--rail", action="append", default=[], help="NETDEV,RDMA of each rail, rail 0 first")
     c.add_argument("--interval", type=float, default=15)
     c.add_argument("--once", action="store_true")

@@ -23,6 +23,13 @@ GB10_NOT_READ = ["0, NVIDIA GB10, [N/A], 42, [N/A], [Not Supported]"]
 H200_WITH_UNITS = ["0, NVIDIA H200, 105.64 W, 33, 345 MHz, 0 %", "1, NVIDIA H200, 98.10 W, 31, 345 MHz, 12 %"]
 NVML_MISMATCH = ["Failed to initialize NVML: Driver/library version mismatch", "NVML library version: 580.95"]
 NO_DEVICES = ["No devices were found"]
+# nvidia-smi --query-gpu=index,clocks_event_reasons.active,clocks_event_reasons.{hw_slowdown,sw_thermal_slowdown,
+# hw_thermal_slowdown,hw_power_brake_slowdown} --format=csv,noheader: each reason's own field, and the bitmask
+IDLE = ["0, 0x0000000000000001, Not Active, Not Active, Not Active, Not Active"]
+HOT = ["0, 0x0000000000000060, Not Active, Active, Active, Not Active"]
+MASK_ONLY = ["0, 0x0000000000000048, [N/A], [N/A], [N/A], [N/A]"]  # hw_slowdown and hw_thermal_slowdown, by their bits
+NOT_REPORTED = ["0, [N/A], [N/A], [N/A], [N/A], [N/A]"]
+UNKNOWN_FIELD = ['Field "clocks_event_reasons.active" is not a valid field to query.']
 MEMINFO = ("MemTotal:       127506841 kB\nMemFree:        121008128 kB\nMemAvailable:   123102412 kB\n"
            "Buffers:          262144 kB\nCached:         2097152 kB\n")
 
@@ -40,6 +47,32 @@ def test_nvidia_smi_is_read_whatever_it_prints(lines, gpus, state):
     found, seen = metrics.gpu_readings(lines)
     assert seen == state
     assert (len(found) if isinstance(gpus, int) else found) == gpus
+
+
+@pytest.mark.parametrize("lines, found", [
+    (IDLE, {"0": {"hw_slowdown": 0, "sw_thermal_slowdown": 0, "hw_thermal_slowdown": 0, "hw_power_brake_slowdown": 0}}),
+    (HOT, {"0": {"hw_slowdown": 0, "sw_thermal_slowdown": 1, "hw_thermal_slowdown": 1, "hw_power_brake_slowdown": 0}}),
+    (MASK_ONLY, {"0": {"hw_slowdown": 1, "sw_thermal_slowdown": 0, "hw_thermal_slowdown": 1, "hw_power_brake_slowdown": 0}}),
+    (NOT_REPORTED, {"0": {}}),
+    (UNKNOWN_FIELD, {}),
+    (NO_DEVICES, {}),
+])
+def test_slowdowns_are_read_from_each_reasons_field_or_the_bitmask(lines, found):
+    assert metrics.slowdowns(lines) == found
+
+
+MOUNTINFO = ("22 1 8:2 / / rw,relatime shared:1 - ext4 /dev/nvme0n1p2 rw\n"
+             "31 22 8:3 / /srv/models\\040fast rw,relatime shared:2 - ext4 /dev/nvme1n1p1 rw\n"
+             "40 22 0:40 / /srv/models\\040fast/tmp rw - tmpfs tmpfs rw\n")
+
+
+@pytest.mark.parametrize("path, point", [
+    ("/var/lib/dual-spark/model", "/"), ("/srv/models fast", "/srv/models fast"), ("/srv/models fast/deepseek", "/srv/models fast"),
+    ("/srv/models fastest", "/"),  # a name that only begins like the mount point is not under it
+])
+def test_the_model_store_is_on_the_longest_mount_point_above_it(path, point):
+    assert metrics.mount_point(MOUNTINFO, path) == point
+    assert metrics.mount_point("", path) is None
 
 
 @pytest.mark.parametrize("text, value", [("4.31", 4.31), ("105.64 W", 105.64), ("[N/A]", None), ("[Not Supported]", None),
@@ -136,38 +169,51 @@ def test_the_state_that_serves_becomes_labels():
     assert metrics.served_labels("") is None and metrics.served_labels("[]") is None
 
 
-def collect(tmp_path: Path, nvidia_smi: list[str] | None, *extra: str) -> str:
-    """The archive's `metrics collect --once` against a fake node under ``tmp_path``; the textfile."""
+def collect(tmp_path: Path, nvidia_smi: list[str] | None, *extra: str, events: list[str] = IDLE) -> str:
+    """The archive's `metrics collect --once` against a fake node under ``tmp_path``; the textfile.
+    The fake nvidia-smi prints ``nvidia_smi`` for the readings, ``events`` for the slowdowns."""
+    return collected(tmp_path, nvidia_smi, *extra, events=events).stdout
+
+
+def collected(tmp_path: Path, nvidia_smi: list[str] | None, *extra: str, events: list[str] = IDLE) -> subprocess.CompletedProcess:
+    """``collect``'s run: its stdout is the textfile, its stderr what the collector said."""
     out = tmp_path / "textfile/dual-spark.prom"
     out.parent.mkdir(exist_ok=True)
     smi = ["/nonexistent/nvidia-smi"]
     if nvidia_smi is not None:
         script = tmp_path / "nvidia-smi"
-        script.write_text("#!/bin/sh\n" + "".join(f"echo '{line}'\n" for line in nvidia_smi))
+        echo = "".join
+        script.write_text('#!/bin/sh\ncase "$*" in *clocks_event_reasons*)\n' + echo(f"echo '{line}'\n" for line in events)
+                          + ";;\n*)\n" + echo(f"echo '{line}'\n" for line in nvidia_smi) + ";;\nesac\n")
         script.chmod(0o755)
         smi = [str(script)]
-    subprocess.run([sys.executable, str(ARCHIVE), "metrics", "collect", "--out", str(out), "--role", "head", "--watchdog-state",
-                    str(tmp_path / "serving/head-starts"), "--stack-dir", str(tmp_path / "stack"), "--state", str(tmp_path / "state.json"),
-                    "--once", "--nvidia-smi", *smi, "--sysfs", str(tmp_path / "sys"), "--proc", str(tmp_path / "proc"),
-                    *extra],
-                   check=True, timeout=60)
+    done = subprocess.run([sys.executable, str(ARCHIVE), "metrics", "collect", "--out", str(out), "--role", "head", "--watchdog-state",
+                           str(tmp_path / "serving/head-starts"), "--stack-dir", str(tmp_path / "stack"), "--state",
+                           str(tmp_path / "state.json"), "--model-dir", "/var/lib/dual-spark/model", "--once", "--nvidia-smi", *smi,
+                           "--sysfs", str(tmp_path / "sys"), "--proc", str(tmp_path / "proc"), *extra],
+                          check=True, timeout=60, capture_output=True, text=True)
     assert not [path.name for path in out.parent.iterdir() if path.name != out.name]  # no temporary file left
-    return out.read_text()
+    done.stdout = out.read_text()
+    return done
 
 
 def test_the_textfile_of_a_converged_head_holds_every_reading(tmp_path):
     sysfs(tmp_path / "sys", {"enp1s0f0np0": CX7, "enP2p1s0f0np0": {**CX7, "speed": "100000\n"}},
           {"rocep1s0f0": {"1": PORT}, "roceP2p1s0f0": {"1": PORT}})
-    (tmp_path / "proc").mkdir()
+    (tmp_path / "proc/1").mkdir(parents=True)
     (tmp_path / "proc/meminfo").write_text(MEMINFO)
+    (tmp_path / "proc/1/mountinfo").write_text(MOUNTINFO)
     (tmp_path / "serving").mkdir()
     (tmp_path / "serving/head-starts").write_text('{"failed_starts": 2, "healthy": false, "restarts": 3}')
     (tmp_path / "stack/served").mkdir(parents=True)
     (tmp_path / "stack/served/state.json").write_text(json.dumps({"profile": "fast", "image": "img:1", "model": {"path": "/srv/m"},
                                                                   "model_digest": "abc"}) + "\n")
-    text = collect(tmp_path, GB10, "--rail", "enp1s0f0np0,rocep1s0f0", "--rail", "enP2p1s0f0np0,roceP2p1s0f0")
+    text = collect(tmp_path, GB10, "--rail", "enp1s0f0np0,rocep1s0f0", "--rail", "enP2p1s0f0np0,roceP2p1s0f0", events=HOT)
     promtool("check", "metrics", stdin=text)
-    for sample in ['dual_spark_gpu_power_watts{gpu="0",name="NVIDIA GB10"} 4.31',
+    for sample in ['dual_spark_gpu_info{gpu="0",name="NVIDIA GB10"} 1', 'dual_spark_gpu_power_watts{gpu="0",name="NVIDIA GB10"} 4.31',
+                   'dual_spark_gpu_slowdown_active{gpu="0",name="NVIDIA GB10",reason="hw_thermal_slowdown"} 1',
+                   'dual_spark_gpu_slowdown_active{gpu="0",name="NVIDIA GB10",reason="hw_slowdown"} 0',
+                   'dual_spark_model_store_info{model_dir="/var/lib/dual-spark/model",mountpoint="/"} 1',
                    'dual_spark_gpu_sm_clock_hertz{gpu="0",name="NVIDIA GB10"} 208000000',
                    'dual_spark_gpu_utilization_ratio{gpu="0",name="NVIDIA GB10"} 0',
                    f"dual_spark_unified_memory_available_bytes {123102412 * 1024}",
@@ -186,6 +232,8 @@ def test_a_node_with_nothing_to_read_still_writes_a_valid_file(tmp_path):
     text = collect(tmp_path, None, "--rail", "enp1s0f0np0,rocep1s0f0")
     promtool("check", "metrics", stdin=text)
     assert 'dual_spark_gpu_readable{state="absent"} 0' in text and 'dual_spark_collector_errors{reading="meminfo"} 1' in text
+    assert 'dual_spark_collector_errors{reading="mounts"} 1' in text and "dual_spark_model_store_info" not in text
+    assert "dual_spark_gpu_info" not in text and "dual_spark_gpu_slowdown_active" not in text
     assert "dual_spark_vllm_container_restarts_total" not in text
     assert 'dual_spark_rail_present{rail="0",netdev="enp1s0f0np0"} 0' in text
     assert "dual_spark_gpu_power_watts" not in text and "dual_spark_watchdog_failed_starts" not in text
@@ -196,6 +244,49 @@ def test_a_failing_nvidia_smi_is_named_not_read(tmp_path):
     text = collect(tmp_path, NVML_MISMATCH)
     assert 'dual_spark_gpu_readable{state="Failed to initialize NVML: Driver/library version mismatch"} 0' in text
     assert 'dual_spark_collector_errors{reading="gpu"} 1' in text and "dual_spark_gpu_power_watts" not in text
+    assert "dual_spark_gpu_info" not in text and "gpu slowdowns" not in text  # no GPU: no slowdowns asked for
+
+
+def test_a_driver_without_the_slowdown_fields_keeps_the_gpus_readings(tmp_path):
+    text = collect(tmp_path, GB10, events=UNKNOWN_FIELD)
+    assert 'dual_spark_gpu_readable{state="ok"} 1' in text and 'dual_spark_gpu_info{gpu="0",name="NVIDIA GB10"} 1' in text
+    assert 'dual_spark_collector_errors{reading="gpu slowdowns"} 1' in text and "dual_spark_gpu_slowdown_active" not in text
+
+
+def test_the_collectors_record_carries_the_starts_it_has_seen(tmp_path):
+    (tmp_path / "serving").mkdir()
+    (tmp_path / "serving/head-starts").write_text('{"failed_starts": 0, "healthy": false}')
+    (tmp_path / "state.json").write_text(json.dumps({"mtime": 1.5, "healthy": True, "failed": 0, "starts": 7}))
+    assert 'dual_spark_watchdog_starts_total{role="head"} 8\n' in collect(tmp_path, GB10)  # a start since the record
+    assert json.loads((tmp_path / "state.json").read_text())["starts"] == 8 and not (tmp_path / "state.json.unusable").exists()
+
+
+@pytest.mark.parametrize("record", [
+    "{", "\xff\xfe", "[]", "null", json.dumps({"starts": 7}),  # not JSON, not bytes of text, not a record, not all of it
+    json.dumps({"mtime": "yesterday", "healthy": True, "failed": 0, "starts": 7}),
+    json.dumps({"mtime": 1.5, "healthy": 1, "failed": 0, "starts": 7}),
+    json.dumps({"mtime": 1.5, "healthy": True, "failed": 0, "starts": "7"}),
+    json.dumps({"mtime": 1.5, "healthy": True, "failed": -1, "starts": 7}),
+    json.dumps({"mtime": 1.5, "healthy": True, "failed": 0, "starts": 7, "by": "someone else"}),
+])
+def test_a_record_it_cannot_use_is_set_aside_and_collection_goes_on(tmp_path, record):
+    """A record that is not what the collector writes would fail it at every start, for ever: it
+    is renamed FILE.unusable, the collector says so, and writes its textfile and a new record."""
+    (tmp_path / "serving").mkdir()
+    (tmp_path / "serving/head-starts").write_text('{"failed_starts": 0, "healthy": false}')
+    (tmp_path / "state.json").write_bytes(record.encode("latin-1"))
+    done = collected(tmp_path, GB10)
+    assert 'dual_spark_watchdog_starts_total{role="head"} 0\n' in done.stdout  # a first reading: its baseline
+    assert (tmp_path / "state.json.unusable").read_bytes() == record.encode("latin-1")
+    assert f"{tmp_path / 'state.json'} is " in done.stderr and f"set aside as {tmp_path / 'state.json.unusable'}" in done.stderr
+    assert metrics.usable(json.loads((tmp_path / "state.json").read_text()))
+
+
+def test_a_record_that_is_a_directory_is_set_aside_too(tmp_path):
+    (tmp_path / "state.json").mkdir()
+    done = collected(tmp_path, GB10)
+    assert (tmp_path / "state.json.unusable").is_dir() and "unreadable" in done.stderr
+    assert metrics.usable(json.loads((tmp_path / "state.json").read_text()))
 
 
 def test_a_label_value_is_escaped():
