@@ -185,7 +185,7 @@ class LongStream(threading.Thread):
     """A streamed chat of TOKENS tokens, started when a change is about to stop vLLM: whether it
     finished whole (every token, finish reason "length") and when."""
 
-    TOKENS = 400
+    TOKENS = 200
 
     def __init__(self, url: str, key: str):
         super().__init__()
