@@ -163,7 +163,7 @@ class Profile:
 @dataclass(frozen=True)
 class Cluster:
     """``nodes`` in rank order (the head first); the effective ``settings``; what is served: the
-    ``model``, the ``images`` and the ``profiles`` by name."""
+    ``model``, the ``images`` and the ``profiles`` by name; the ``clients`` the site names."""
 
     path: Path
     deploy_user: str
@@ -175,6 +175,7 @@ class Cluster:
     model: Model
     images: dict[str, Image]
     profiles: dict[str, Profile]
+    clients: tuple[str, ...] = ()  # [client.NAME]: each has a key of its own at the front door
 
     @property
     def head(self) -> Node:

@@ -107,6 +107,9 @@ DOOR = {
     "files": ("haproxy.cfg", "hold.lua"),
     "dropin": "/etc/systemd/system/haproxy.service.d/50-dual-spark.conf",
     "socket": "/run/haproxy-dual-spark.sock",  # its runtime API, root's only: the drain before a planned stop
+    # root's, mode 600, written on the head from the key files (door keys): never in a diff or a log
+    "clients_map": "/etc/haproxy/dual-spark/clients.map",  # each key the door lets in -> its client's name
+    "backend_map": "/etc/haproxy/dual-spark/backend.map",  # the key the door hands vLLM
 }
 SCRAPE_JOBS = {"vllm": "vllm", "node": "node", "prometheus": "prometheus", "door": "door"}
 GRAFANA_PROJECT = "dual-spark-grafana"
@@ -156,7 +159,8 @@ def paths(state_dir: str, model_dir: str) -> dict[str, str]:
         "programs": f"{state_dir}/bin/dual-spark.pyz",  # files/dual_spark as one zipapp (programs.py)
         "serving": f"{state_dir}/serving",  # the watchdogs' backoff records
         "manifest": f"{model_dir}/{MANIFEST}",
-        "api_key": f"{state_dir}/{API_KEY}",
+        "api_key": f"{state_dir}/{API_KEY}",  # the deploy's own key: vLLM's, and the front door's "deploy" client
+        "clients": f"{state_dir}/clients",  # NAME.key of each [client.NAME], the deploy user's, mode 600
         "verified": f"{model_dir}/{VERIFIED}",
         "smoke": f"{state_dir}/runtime",
     }

@@ -26,7 +26,7 @@ MAX_NODES = 64
 MAX_RAILS = 4
 # The keys each table of the site file may hold, for the nearest-key suggestion of a typo.
 SCHEMA = {
-    "": {"ssh", "node", "settings", "model", "image", "profile"},
+    "": {"ssh", "node", "settings", "model", "image", "profile", "client"},
     "ssh": set(schema.SSH),
     "node": set(schema.NODE),
     "rail": set(schema.RAIL),
@@ -34,9 +34,10 @@ SCHEMA = {
     "model": set(schema.MODEL),
     "image": set(schema.IMAGE),
     "profile": set(schema.PROFILE),
+    "client": set(),
 }
 TABLE_NAMES = {"": "the site file", "ssh": "[ssh]", "node": "[[node]]", "rail": "[[node.rail]]", "settings": "[settings]",
-               "model": "[model]", "image": "[image.NAME]", "profile": "[profile.NAME]"}
+               "model": "[model]", "image": "[image.NAME]", "profile": "[profile.NAME]", "client": "[client.NAME]"}
 # pyinfra's own arguments a `--data` may give: those that cannot weaken what the deploy checks.
 PYINFRA_ARGUMENTS = {"_sudo_password"}
 MAX_DEPTH = 8  # tables and lists inside each other: the deepest the schema has is 4
@@ -49,6 +50,7 @@ SHAPES = {
     "model": "write [model] on a line of its own, then repo and revision (or path) under it",
     "image": "declare each image as an [image.NAME] table",
     "profile": "declare profiles as [profile.NAME] tables; to choose the served one, set profile = \"NAME\" under [settings]",
+    "client": "declare each client as an empty [client.NAME] table: the front door gives it a key of its own",
 }
 # What state_dir holds besides a model_dir inside it: the first name of each of layout.paths under it.
 STATE_ENTRIES = {path.split("/")[2] for path in layout.paths("/state", "/model").values() if path.startswith("/state/")}
@@ -212,13 +214,23 @@ class _Validator:
             self._topology(nodes, effective, where["topology"])
             self._fabric(nodes)
             self._parallel(len(nodes), serving["profiles"])
+        clients = self._clients(tables["client"])
         if self.errors:
             listing = "\n".join(f"  - {line}" for line in self.errors)
             raise SiteError(f"{self.path}: {len(self.errors)} problem(s), no host was contacted:\n{listing}")
         return Cluster(self.path, ssh["user"], ssh.get("key"), ssh.get("port", 22), ssh.get("known_hosts"), tuple(nodes),
                        Settings(**effective), Model(**serving["model"]),
                        {name: Image(**spec) for name, spec in serving["images"].items()},
-                       {name: Profile(**spec) for name, spec in serving["profiles"].items()})
+                       {name: Profile(**spec) for name, spec in serving["profiles"].items()}, clients)
+
+    def _clients(self, tables: dict) -> tuple[str, ...]:
+        """The clients' names, each a [client.NAME] table with nothing in it (yet)."""
+        for name, spec in tables.items():
+            if not schema.CLIENT_NAME.fullmatch(name):
+                self.error(f"client.{name}", name, "name a client with 1 to 32 lower-case letters, digits, '-' and '_', a letter first")
+            for key, value in spec.items():
+                self.error(f"client.{name}.{key}", value, "a [client.NAME] table takes no keys: leave it empty")
+        return tuple(sorted(tables))
 
     def _shapes(self) -> dict:
         """Each top-level table in the shape TOML gives it, or an error naming the right syntax;
@@ -234,7 +246,7 @@ class _Validator:
                 self.error(name, value, fix)
                 value = wanted()
             tables[name] = value
-        for name in ("image", "profile"):
+        for name in ("image", "profile", "client"):
             for entry, spec in list(tables[name].items()):
                 if not isinstance(spec, dict):
                     self.error(f"{name}.{entry}", spec, SHAPES[name])

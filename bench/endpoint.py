@@ -86,14 +86,15 @@ def served_model(endpoint: Endpoint) -> str:
     return response.json()["data"][0]["id"]
 
 
-def through_site(stack: ExitStack, cluster: Cluster, accept_new: bool) -> tuple[str, str, dict]:
-    """The API of a site's head through an SSH tunnel: the local URL, the key (read on the head,
-    never printed) and what it serves (profile, image ID, model revision, read on the head)."""
+def through_site(stack: ExitStack, cluster: Cluster, accept_new: bool, client_name: str | None = None) -> tuple[str, str, dict]:
+    """The API of a site's head through an SSH tunnel: the local URL, the key (the deploy's own,
+    or ``client_name``'s; read on the head, never printed) and what it serves (profile, image ID,
+    model revision, read on the head)."""
     settings = cluster.settings
     where = paths(settings.state_dir, store_entry(settings.model_dir, cluster.model.source))
     client = stack.enter_context(head_of(cluster, accept_new))
     port = stack.enter_context(forward(client, settings.api_host, settings.api_port))
-    key = read_secret(client, where["api_key"])
+    key = read_secret(client, f"{where['clients']}/{client_name}.key" if client_name else where["api_key"])
     identity = serving_identity(client, where["manifest"])
     click.echo(f"--> {cluster.head.hostname}'s API at {settings.api_host}:{settings.api_port}, "
                f"tunnelled to 127.0.0.1:{port}; profile {identity['profile']}")

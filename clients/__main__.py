@@ -5,7 +5,10 @@ what the agents send (tools with tool_choice auto, Claude Code's 32,000 output t
 the setting to change when they do not; writes the files; prints the tunnel command. The key
 goes into a file only you can read, never to the screen.
 
-    python -m clients [--site site.toml] [--out ~/.dual-spark/clients] [--port 8888]
+    python -m clients [--site site.toml] [--out ~/.dual-spark/clients] [--port 8888] [--client NAME]
+
+With --client NAME (a [client.NAME] of the site), the configuration carries that client's own key,
+which the front door lets in until the client is removed from the site and the deploy runs.
 """
 
 from __future__ import annotations
@@ -122,14 +125,19 @@ def write(path: Path, text: str, mode: int = 0o644) -> None:
 @click.option("--out", "out_dir", type=cli.OutputDir(mode=0o700), default="~/.dual-spark/clients", show_default=True, help="Where the files go.")
 @click.option("--port", "local_port", type=cli.Port(), help="Local end of the tunnel (default: the API's port on the head).")
 @click.option("--accept-new-host-key", is_flag=True, help="Record the head's SSH host key if seen for the first time.")
-def main(cluster: Cluster, out_dir: Path, local_port: int | None, accept_new_host_key: bool) -> None:
+@click.option("--client", "client_name", help="A [client.NAME] of the site: its own key (revoked with it), not the deploy's.")
+def main(cluster: Cluster, out_dir: Path, local_port: int | None, accept_new_host_key: bool, client_name: str | None) -> None:
     """Write client configurations for the Sparks' API."""
+    if client_name is not None and client_name not in cluster.clients:
+        raise click.BadParameter(f"the site names no [client.{client_name}]"
+                                 + (f": its clients are {', '.join(cluster.clients)}" if cluster.clients else ": add the table, deploy, then run this"),
+                                 param_hint="'--client'")
     settings = cluster.settings
     local_port = local_port or settings.api_port
     out = out_dir.resolve()
     os.close(private_directory(out))  # refused before the head is asked for the key
     with ExitStack() as stack:
-        url, key, identity = through_site(stack, cluster, accept_new_host_key)
+        url, key, identity = through_site(stack, cluster, accept_new_host_key, client_name)
         models = requests.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=30)
         if models.status_code != 200:
             raise click.ClickException(f"the API answered {models.status_code}; run `pyinfra -y inventory.py tasks/status.py` to see why")

@@ -12,13 +12,14 @@ from io import BytesIO
 from pathlib import Path
 
 from pyinfra import host
-from pyinfra.api import StringCommand, operation
+from pyinfra.api import QuoteString, StringCommand, operation
 from pyinfra.facts.files import FileContents
 
 from cluster import Cluster
 from facts.door import DoorState
-from layout import DOOR, RUN_DIR, VLLM_HOST
+from layout import DOOR, RUN_DIR, VLLM_HOST, paths
 from operations.managed import file_differs, put_config, refuse_theirs, show_changed
+from operations.own import claimed
 from operations.peer import acts_here
 from operations.readings import Reading, plans, read
 from operations.render import render, show_diff, show_line
@@ -37,23 +38,64 @@ class DoorSettings:
     api_port: int
     show_program_diffs: bool  # hold.lua's full diff, not one line
     files: dict[str, str]  # path -> text: the unit's drop-in, haproxy.cfg, hold.lua
+    clients: tuple[str, ...]  # the site's [client.NAME]s: each has a key of its own
+    clients_dir: str  # their keys on the head, NAME.key
+    deploy_key: str  # the deploy's own key (vLLM's), let in as "deploy"
+    deploy_user: str
+    state_dir: str
+    programs: str
 
 
 def door_settings(cluster: Cluster) -> DoorSettings:
     settings = cluster.settings
     config = render("door/haproxy.cfg.j2", api_host=settings.api_host, api_port=settings.api_port, vllm_host=VLLM_HOST,
                     vllm_port=settings.vllm_port, hold=settings.serving_ready_timeout, socket=DOOR["socket"],
-                    metrics_port=settings.door_metrics_port)
-    return DoorSettings(api_host=settings.api_host, api_port=settings.api_port, show_program_diffs=settings.show_program_diffs, files={
+                    metrics_port=settings.door_metrics_port, clients_map=DOOR["clients_map"], backend_map=DOOR["backend_map"])
+    where = paths(settings.state_dir, settings.model_dir)
+    return DoorSettings(api_host=settings.api_host, api_port=settings.api_port, show_program_diffs=settings.show_program_diffs,
+                        clients=cluster.clients, clients_dir=where["clients"], deploy_key=where["api_key"], deploy_user=cluster.deploy_user,
+                        state_dir=settings.state_dir, programs=where["programs"], files={
         DOOR["dropin"]: render("door/haproxy.service.conf.j2", dir=DOOR["dir"]),
         f"{DOOR['dir']}/haproxy.cfg": config,
         f"{DOOR['dir']}/hold.lua": HOLD_LUA.read_text(),
     })
 
 
+def reading_arguments(settings: DoorSettings) -> dict:
+    return {"clients": settings.clients_dir, "deploy_key": settings.deploy_key}
+
+
 @plans
 def readings(cluster: Cluster, name: str) -> list[Reading]:
-    return [(DoorState, {})] if cluster.node(name).role == "head" else []
+    return [(DoorState, reading_arguments(door_settings(cluster)))] if cluster.node(name).role == "head" else []
+
+
+def keyed(settings: DoorSettings, keys: dict):
+    """Each client's key made on the head (never shown), a key whose client left the site
+    removed, and the door's maps written again from the key files when they say otherwise."""
+    wanted, have = set(settings.clients), set(keys["clients"])
+    commands = []
+    for name in sorted(wanted - have):
+        show_line(f"Will make a key for client {name} on the head, never shown: `python -m clients --client {name}` writes its configuration")
+    if wanted - have:
+        commands.append(StringCommand(claimed(settings.state_dir, "state_dir"), "&&", "install", "-d", "-m", "700", "-o", settings.deploy_user,
+                                      "-g", settings.deploy_user, QuoteString(settings.clients_dir)))
+        for name in sorted(wanted - have):
+            key = QuoteString(f"{settings.clients_dir}/{name}.key")
+            commands.append(StringCommand("umask", "077", "&&", "python3", "-c", QuoteString("import secrets; print(secrets.token_urlsafe(32))"),
+                                          ">", key, "&&", "chown", QuoteString(f"{settings.deploy_user}:"), key))
+    for name in sorted(have - wanted):
+        show_line(f"Will revoke client {name}'s key: it is no longer in the site")
+        commands.append(StringCommand("rm", "-f", QuoteString(f"{settings.clients_dir}/{name}.key")))
+    current = (sorted(keys["admitted"]) == sorted({"deploy", *wanted}) and keys["deploy"] and keys["backend"]
+               and all(keys["clients"].get(name) for name in wanted))
+    if commands or not current:
+        if not commands:
+            show_line("Will write the door's keys again from the key files on the head")
+        commands.append(StringCommand("mkdir", "-p", DOOR["dir"], "&&", "python3", QuoteString(settings.programs), "door", "keys",
+                                      "--deploy-key", QuoteString(settings.deploy_key), "--clients", QuoteString(settings.clients_dir),
+                                      "--map", DOOR["clients_map"], "--backend-map", DOOR["backend_map"]))
+    return commands
 
 
 def differs(text: str, info: dict | None) -> bool:
@@ -79,7 +121,7 @@ def door_running(settings: DoorSettings):
     """
     if not acts_here("head"):
         return
-    reading = read(host, DoorState)
+    reading = read(host, DoorState, **reading_arguments(settings))
     files = reading["files"]["files"]
     dropin = DOOR["dropin"]
     configs = [f"{DOOR['dir']}/{name}" for name in DOOR["files"]]
@@ -102,6 +144,8 @@ def door_running(settings: DoorSettings):
             commands += upload(BytesIO(settings.files[path].encode()), f"{STAGING}/{Path(path).name}")
     new = list(installed(reading, [DOOR["package"]]))
     commands += new
+    keys = keyed(settings, reading["keys"])
+    commands += keys  # before the check: the configuration names the maps
     if changed:
         commands.append(StringCommand("haproxy", "-c", "-q", "-C", STAGING, "-f", "haproxy.cfg"))
         commands.append(StringCommand("mkdir", "-p", DOOR["dir"], "&&", "install", "-o", "root", "-g", "root", "-m", "644",
@@ -112,8 +156,8 @@ def door_running(settings: DoorSettings):
     restart = list(running(DOOR["unit"], reading["service"], why))
     commands += restart
     restarts = any(command.get_raw_value().startswith("systemctl restart") for command in restart)
-    if changed and not restarts and reading["service"]["active"] == "active":
-        show_line(f"Will reload {DOOR['unit']}: its configuration changed (the connections it holds are kept)")
+    if (changed or keys) and not restarts and reading["service"]["active"] == "active":
+        show_line(f"Will reload {DOOR['unit']}: its {'configuration' if changed else 'keys'} changed (the connections it holds are kept)")
         commands.append(StringCommand("systemctl", "reload", DOOR["unit"]))
     if not commands:
         host.noop(f"the front door answers at {settings.api_host}:{settings.api_port}, its configuration up to date")

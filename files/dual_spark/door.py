@@ -8,6 +8,10 @@
     door state --socket S
         One JSON line: the door's view of vLLM (its state, requests in flight, the requests it
         retried and those it answered with an error), or {"door": null} without a door.
+    door keys --deploy-key F --clients DIR --map M --backend-map B
+        Write the door's two maps (root's, mode 600, whole or not at all): M takes each key the
+        door lets in to its client's name (the deploy's own key F as "deploy", each DIR/NAME.key
+        as NAME), B the key the door hands vLLM (F). No key is ever printed.
 """
 
 from __future__ import annotations
@@ -16,12 +20,18 @@ import argparse
 import csv
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
+
+from .atomic import write_atomically
+from .secret import KEY_FIX, SecretError, read_secret
 
 BACKEND, SERVER = "vllm", "vllm"  # haproxy.cfg's names
+KEY = re.compile(r"[A-Za-z0-9_-]{16,256}")  # secrets.token_urlsafe's alphabet: no space, so one map line each
 
 
 def log(message: str) -> None:
@@ -93,6 +103,28 @@ def state(args) -> None:
                                "retried": number("wretr"), "connection_errors": number("econ"), "response_errors": number("eresp")}}))
 
 
+def key_of(path: Path) -> str:
+    """A key file's one line (read as a secret: no link, one line); refused naming the file, never its content."""
+    try:
+        text = read_secret(path, "the key", KEY_FIX)
+    except SecretError as error:
+        raise SystemExit(f"door keys: {error}") from None
+    if not KEY.fullmatch(text):
+        raise SystemExit(f"door keys: the key {path} is not 16 to 256 of letters, digits, '-' and '_'. {KEY_FIX}")
+    return text
+
+
+def keys(args) -> None:
+    deploy = key_of(Path(args.deploy_key))
+    lines = [f"{deploy} deploy"]
+    clients = Path(args.clients)
+    for path in sorted(clients.glob("*.key")) if clients.is_dir() else []:
+        lines.append(f"{key_of(path)} {path.stem}")
+    write_atomically(Path(args.map), "\n".join(lines) + "\n", 0o600)
+    write_atomically(Path(args.backend_map), f"vllm {deploy}\n", 0o600)
+    log(f"the door lets in {len(lines)} key(s): deploy" + "".join(f", {line.rsplit(' ', 1)[1]}" for line in lines[1:]))
+
+
 def main(argv: list[str], prog: str) -> None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     commands = parser.add_subparsers(dest="action", required=True)
@@ -102,5 +134,10 @@ def main(argv: list[str], prog: str) -> None:
     s.add_argument("command", nargs=argparse.REMAINDER)
     t = commands.add_parser("state")
     t.add_argument("--socket", required=True)
+    k = commands.add_parser("keys")
+    k.add_argument("--deploy-key", required=True, help="the deploy's own key, which vLLM takes too")
+    k.add_argument("--clients", required=True, help="a directory of NAME.key files, one a client")
+    k.add_argument("--map", required=True)
+    k.add_argument("--backend-map", required=True)
     args = parser.parse_args(argv)
-    {"stop": stop, "state": state}[args.action](args)
+    {"stop": stop, "state": state, "keys": keys}[args.action](args)

@@ -150,6 +150,7 @@ BAD = [
     ("clients", ["--port", "0"], "--port", "is not a TCP port"),
     ("clients", ["--port", "http"], "--port", "is not a TCP port"),
     ("clients", ["--site", str(PLACEHOLDER_SITE)], "--site", "replace the placeholder"),
+    ("clients", ["--client", "laptop"], "--client", "the site names no [client.laptop]: add the table, deploy, then run this"),
 ]
 
 

@@ -236,10 +236,10 @@ def change_through_the_door(url: str, key: str, *args: str, task: str, site=SITE
     return result, probe, stream
 
 
-def held_not_failed(change: str, probe: Probe, stream: LongStream) -> None:
+def held_not_failed(change: str, result: subprocess.CompletedProcess, probe: Probe, stream: LongStream) -> None:
     """The front door's promise for a change: no request failed, the long one finished whole."""
     assert not probe.failed(0), f"{len(probe.failed(0))} of {len(probe.results)} requests failed"
-    assert stream.ident is not None, "the run never reached the head's stop"
+    assert stream.ident is not None, f"the run never reached the head's stop:\n{result.stdout[-6000:]}"
     assert stream.finish == "length" and stream.tokens == LongStream.TOKENS, (stream.finish, stream.tokens)
     DOWNTIME[change] = probe.longest_wait()
     print(f"{change}: {len(probe.results)} requests, none failed, the longest waited {probe.longest_wait():.1f} s; "
@@ -287,7 +287,7 @@ def test_a_new_revision_and_profile_are_staged_while_serving_then_switched_worke
         assert head["profile"] == worker["profile"] == "fast"
         assert worker["started"] < head["started"], "the worker must start before the head"
         assert running_at_once(url, key) == 1  # fast: max_num_seqs 1
-        held_not_failed("new model revision and profile fast", held, stream)
+        held_not_failed("new model revision and profile fast", switched, held, stream)
         print(f"new model revision: staged in {switching - started:.0f} s serving throughout")
         digest = json.loads((HEAD.root / new.lstrip("/") / ".dual-spark-manifest.json").read_text())["digest"][:12]
         for node in (HEAD, WORKER):
@@ -328,7 +328,7 @@ def test_rollback_returns_to_the_state_before_the_new_revision(api):
     assert {node.role: container(node) for node in (HEAD, WORKER)} == before
     result, probe, stream = change_through_the_door(url, key, "-y", task="tasks/rollback.py")
     assert result.returncode == 0, result.stdout
-    held_not_failed("tasks/rollback.py", probe, stream)
+    held_not_failed("tasks/rollback.py", result, probe, stream)
     assert "will return every node to profile adaptive, image dual-spark/lab-cpu:" in result.stdout and f"model {LAB_MODEL}" in result.stdout
     head, worker = container(HEAD), container(WORKER)
     assert head["profile"] == worker["profile"] == "adaptive" and worker["started"] < head["started"]
@@ -381,7 +381,7 @@ def test_a_change_that_does_not_serve_is_rolled_back(api, tmp_path, change):
             site.write_text(SITE.read_text() + "\n" + tables.format(build=load_site(SITE).images["lab-cpu"].build))
         result, probe, stream = change_through_the_door(url, key, "-y", "--data", f"profile={profile}", task="tasks/profile.py", site=site)
     assert result.returncode != 0, result.stdout
-    held_not_failed(f"{change}, rolled back", probe, stream)
+    held_not_failed(f"{change}, rolled back", result, probe, stream)
     assert re.search(rf"serving tiny \(profile {profile}\): no token after [\d.]+ s \(.*\); failing: .*spark-(head|worker): ", result.stdout), \
         result.stdout
     assert re.search(r"\|\s.*" + re.escape(reason), result.stdout) or reason in result.stdout, result.stdout

@@ -1,7 +1,8 @@
 """The front door as the deploy renders it (templates/door/, files/door/hold.lua), run by the real
 HAProxy in front of a backend that stops and starts as vLLM does, with the door program's drain
-(files/dual_spark/door.py). As an ordinary user, the rendered configuration loses only what needs
-root: its user, group and chroot, and its socket in /run (moved beside it)."""
+and keys (files/dual_spark/door.py). As an ordinary user, the rendered configuration loses only
+what needs root: its user, group and chroot, and its socket and maps in /run and /etc (moved
+beside it)."""
 
 from __future__ import annotations
 
@@ -32,6 +33,13 @@ class Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, *args):
         pass
     def do_GET(self):
+        if self.path == "/v1/whoami":  # what the door handed on as the key
+            body = self.headers.get("Authorization", "").encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         chunks = 5 if self.path == "/slow" else 1
         self.send_response(200)
         self.send_header("Content-Length", str(6 * chunks))
@@ -69,13 +77,33 @@ class Vllm:
             self.process.wait()
 
 
+DEPLOY_KEY, LAPTOP_KEY = "d" * 43, "l" * 43
+
+
+def door_program(*args: str) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, str(ARCHIVE), "door", *args], capture_output=True, text=True, timeout=60)
+
+
+def write_keys(tmp_path: Path) -> subprocess.CompletedProcess:
+    """The door's maps from the key files in ``tmp_path`` (api-key, clients/NAME.key), as the deploy writes them."""
+    return door_program("keys", "--deploy-key", str(tmp_path / "api-key"), "--clients", str(tmp_path / "clients"),
+                        "--map", str(tmp_path / "clients.map"), "--backend-map", str(tmp_path / "backend.map"))
+
+
 @pytest.fixture
 def door(tmp_path):
-    """The rendered door on free ports, its hold bound 6 s; yields (url, socket, vllm)."""
+    """The rendered door on free ports, its hold bound 6 s, the deploy's key and client laptop's
+    let in; yields (url, socket, vllm)."""
     ports = {"api_port": free_port(), "vllm_port": free_port(), "door_metrics_port": free_port()}
     settings = door_settings(site("pair", {**ports, "serving_ready_timeout": 6}))
     socket = tmp_path / "door.sock"
+    (tmp_path / "api-key").write_text(DEPLOY_KEY + "\n")
+    (tmp_path / "clients").mkdir()
+    (tmp_path / "clients/laptop.key").write_text(LAPTOP_KEY + "\n")
+    assert write_keys(tmp_path).returncode == 0
     config = settings.files[f"{DOOR['dir']}/haproxy.cfg"].replace(DOOR["socket"], str(socket))
+    for name in ("clients_map", "backend_map"):
+        config = config.replace(DOOR[name], str(tmp_path / Path(DOOR[name]).name))
     kept = [line for line in config.splitlines() if line.strip().split(" ")[0] not in ("user", "group", "chroot")]
     assert len(config.splitlines()) - len(kept) == 3
     (tmp_path / "haproxy.cfg").write_text("\n".join(kept) + "\n")
@@ -92,11 +120,12 @@ def door(tmp_path):
     haproxy.wait()
 
 
-def get(url: str, results: list, timeout: float = 60) -> None:
-    """GET ``url`` and append (status, body, seconds, Retry-After) to ``results``."""
+def get(url: str, results: list, timeout: float = 60, key: str | None = LAPTOP_KEY, header: str = "Authorization") -> None:
+    """GET ``url`` with ``key`` and append (status, body, seconds, Retry-After) to ``results``."""
     start = time.monotonic()
+    request = urllib.request.Request(url, headers={header: f"Bearer {key}" if header == "Authorization" else key} if key else {})
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:
+        with urllib.request.urlopen(request, timeout=timeout) as response:
             results.append((response.status, response.read().decode(), time.monotonic() - start, None))
     except urllib.error.HTTPError as error:
         results.append((error.code, error.read().decode(), time.monotonic() - start, error.headers.get("Retry-After")))
@@ -126,10 +155,6 @@ def test_a_request_that_waited_past_the_bound_fails_once_with_retry_after(door):
     status, body, waited, retry_after = results[0]
     assert status == 503 and retry_after == "30" and "did not serve within 6 s" in json.loads(body)["error"]["message"]
     assert waited >= 5
-
-
-def door_program(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ARCHIVE), "door", *args], capture_output=True, text=True, timeout=60)
 
 
 def test_a_planned_stop_lets_the_request_in_flight_finish_and_holds_the_next(door):
@@ -162,3 +187,36 @@ def test_without_a_door_the_stop_runs_alone_and_keeps_its_status(tmp_path):
     done = door_program("stop", "--socket", str(tmp_path / "none.sock"), "--drain", "5", "--", "sh", "-c", "exit 3")
     assert done.returncode == 3 and "no front door here" in done.stderr
     assert json.loads(door_program("state", "--socket", str(tmp_path / "none.sock")).stdout) == {"door": None}
+
+
+def test_the_door_lets_in_the_keys_it_knows_and_hands_vllm_the_deploys(door, tmp_path):
+    """A client's key as a bearer token or x-api-key, or the deploy's own, reaches vLLM, which
+    is handed the deploy's key; any other key, or none, is refused at the door (401) on the API,
+    which vLLM alone keys; the maps are root's, mode 600, and no key is printed."""
+    url, _, vllm = door
+    vllm.start()
+    answers: list = []
+    for key, header in ((LAPTOP_KEY, "Authorization"), (LAPTOP_KEY, "x-api-key"), (DEPLOY_KEY, "Authorization"),
+                        ("x" * 43, "Authorization"), (None, "Authorization")):
+        get(url + "/v1/whoami", answers, key=key, header=header)
+    assert [(status, body) for status, body, _, _ in answers] == [(200, f"Bearer {DEPLOY_KEY}")] * 3 + [(401, '{"error": "Unauthorized"}')] * 2
+    health: list = []
+    get(url + "/health", health, key=None)
+    assert health[0][0] == 200
+    assert {(tmp_path / name).stat().st_mode & 0o777 for name in ("clients.map", "backend.map")} == {0o600}
+    written = write_keys(tmp_path)
+    assert written.stderr.strip() == "dual-spark door: the door lets in 2 key(s): deploy, laptop"
+    assert LAPTOP_KEY not in written.stdout + written.stderr and DEPLOY_KEY not in written.stdout + written.stderr
+
+
+def test_a_key_file_that_is_not_one_key_is_refused_without_showing_it(tmp_path):
+    (tmp_path / "api-key").write_text("d" * 43 + "\n")
+    (tmp_path / "clients").mkdir()
+    (tmp_path / "clients/laptop.key").write_text("two words\n")
+    refused = write_keys(tmp_path)
+    assert refused.returncode != 0 and "clients/laptop.key" in refused.stderr and "two words" not in refused.stderr
+    assert not (tmp_path / "clients.map").exists()
+    (tmp_path / "clients/laptop.key").unlink()
+    (tmp_path / "clients/laptop.key").symlink_to(tmp_path / "api-key")
+    refused = write_keys(tmp_path)
+    assert refused.returncode != 0 and "symbolic link" in refused.stderr and "d" * 43 not in refused.stderr
