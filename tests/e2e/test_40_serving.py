@@ -214,7 +214,7 @@ HEAD_STOPS = {"tasks/rollback.py": "Return every node to the state that served b
 def change_through_the_door(url: str, key: str, *args: str, task: str, site=SITE) -> tuple[subprocess.CompletedProcess, Probe, LongStream]:
     """Run a change with the probe on, starting the long stream as the run reaches the step that
     stops the head's vLLM (the door drains it first); then wait until the probe is answered again."""
-    step = "Starting operation: " + HEAD_STOPS.get(task, "Stop the head's vLLM")
+    step = HEAD_STOPS.get(task, "Stop the head's vLLM")  # after "Starting operation:", and "tasks/serving.py | " when included
     with Probe(url, key) as probe:
         process = subprocess.Popen([str(PYINFRA), *args, "inventory.py", task], cwd=REPO,
                                    env={**LAB_ENV, "DUAL_SPARK_SITE": str(site)}, stdin=subprocess.DEVNULL,
@@ -222,7 +222,7 @@ def change_through_the_door(url: str, key: str, *args: str, task: str, site=SITE
         stream, lines = LongStream(url, key), []
         for line in process.stdout:
             lines.append(line)
-            if stream.ident is None and step in line:
+            if stream.ident is None and "Starting operation:" in line and step in line:
                 stream.started = time.monotonic()
                 stream.start()
         process.wait(timeout=900)

@@ -1,17 +1,22 @@
 """Real coding agents on the lab pair: Claude Code and the Codex CLI (npm, pinned, installed by
 scripts/setup-agents.sh) each complete one headless turn through the SSH tunnel `python -m
 clients` prints, with the files it writes: exit status 0, the tiny model's answer printed, the
-request counted by the head's vLLM, and the API key in no output and no file but its own."""
+request counted by the head's vLLM, and the API key in no output and no file but its own. A client
+of its own ([client.NAME]) is let in at the front door, then revoked, with vLLM left running."""
 
 import os
 import re
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
 import requests
 
-from lab.config import AGENTS_DIR
+from lab.config import AGENTS_DIR, HEAD
+from lab.processes import in_node
+from tests.e2e.conftest import REPO, SITE, pyinfra
+from tests.net import free_port
 
 pytestmark = pytest.mark.end_to_end
 ANSWER = "Hi, this is the tiny spark model."  # what lab/tiny_model.py's chain says, then its end token
@@ -72,3 +77,40 @@ def test_the_codex_cli_completes_a_turn_through_the_tunnel(clients, tunnel, tmp_
     assert "provider: dual-spark" in output and "model: tiny" in output
     assert key not in output
     assert holds_key(tmp_path, key) == [] and holds_key(out, key) == [out / "api-key"]
+
+
+def vllm_started() -> str:
+    return in_node(HEAD.dir, "docker", "inspect", "-f", "{{.State.StartedAt}}", "dual-spark-vllm", capture_output=True).stdout.strip()
+
+
+def answers(url: str, key: str) -> int:
+    return requests.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=60).status_code
+
+
+def test_a_client_of_its_own_is_let_in_then_revoked_with_vllm_left_running(clients, tunnel, tmp_path):
+    """[client.laptop] added to the site: the door step alone makes its key on the head and lets it
+    in; `python -m clients --client laptop` writes that key, not the deploy's. The client removed
+    from the site: the next run revokes it (401) while the deploy's key still answers, and vLLM
+    never restarted. The client's key is in no output and, once revoked, in no file of the head."""
+    out, _, _ = clients
+    deploy_key = (out / "api-key").read_text().strip()
+    started = vllm_started()
+    site = tmp_path / "site.toml"
+    site.write_text(SITE.read_text() + "\n[client.laptop]\n")
+    added = pyinfra("-y", task="tasks/door.py", site=site)
+    assert added.returncode == 0, added.stdout
+    assert "Will make a key for client laptop on the head, never shown" in added.stdout, added.stdout
+    mine = tmp_path / "laptop"
+    written = subprocess.run([sys.executable, "-m", "clients", "--site", str(site), "--out", str(mine), "--port", str(free_port()),
+                              "--client", "laptop"], cwd=REPO, capture_output=True, text=True, timeout=600)
+    assert written.returncode == 0, written.stdout + written.stderr
+    laptop_key = (mine / "api-key").read_text().strip()
+    assert laptop_key != deploy_key and answers(tunnel, laptop_key) == 200 and answers(tunnel, "not-a-key") == 401
+    removed = pyinfra("-y", task="tasks/door.py")
+    assert removed.returncode == 0, removed.stdout
+    assert "Will revoke client laptop's key: it is no longer in the site" in removed.stdout, removed.stdout
+    assert answers(tunnel, laptop_key) == 401 and answers(tunnel, deploy_key) == 200
+    assert vllm_started() == started  # revoking a key restarts nothing but the door's reading of its maps
+    for text in (added.stdout, removed.stdout, written.stdout + written.stderr):
+        assert laptop_key not in text and deploy_key not in text
+    assert holds_key(HEAD.root / "etc", laptop_key) == [] and holds_key(HEAD.root / "var/lib/dual-spark", laptop_key) == []
