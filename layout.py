@@ -65,7 +65,7 @@ VLLM_FLAGS = {
     "--generation-config": "generation_config", "--override-generation-config": "generation_config",
     "--enable-flashinfer-autotune": "the profile's flashinfer_autotune", "--nnodes": "the [[node]] tables",
     "--node-rank": "the [[node]] tables", "--master-addr": "the head's rail 0 address", "--master-port": "master_port",
-    "--headless": "the node's role",
+    "--headless": "the node's role", "--safetensors-load-strategy": "the profile's weight_prefetch",
 }
 # What sets the same by another name (vLLM 0.32's parser) or another way: the API key reaches vLLM
 # by its environment, the model as the first argument, the hub token only the fetch; --uds moves

@@ -77,6 +77,8 @@ def vllm_args(settings: StackSettings) -> list[str]:
     ]
     if profile.flashinfer_autotune:
         args.append("--enable-flashinfer-autotune")
+    if profile.weight_prefetch:
+        args += ["--safetensors-load-strategy", "prefetch"]
     args += ["--nnodes", str(settings.nodes), "--node-rank", str(settings.rank), "--master-addr", settings.master_addr,
              "--master-port", str(settings.master_port)]
     if not head:

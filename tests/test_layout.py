@@ -108,7 +108,10 @@ def test_every_configuration_file_the_deploy_writes_carries_its_header():
 
 def test_the_deploys_own_vllm_flags_are_what_vllm_args_writes():
     """VLLM_FLAGS (what a site's vllm_extra_args may not set again) is every flag vllm_args puts on
-    the head's and a worker's command line, for profiles with and without prefix caching."""
+    the head's and a worker's command line, for profiles with and without prefix caching, and with
+    weight_prefetch on."""
+    from dataclasses import replace
+
     from operations.stack import stack_settings, vllm_args
     from site_schema import vllm_flag
 
@@ -116,6 +119,7 @@ def test_the_deploys_own_vllm_flags_are_what_vllm_args_writes():
     for profile in ("adaptive", "long-c4"):
         cluster = load_site(REPO / "tests/pair/site.toml", overrides={"profile": profile})
         for node in cluster.nodes:
-            args = vllm_args(stack_settings(cluster, node.hostname))
+            settings = stack_settings(cluster, node.hostname)
+            args = vllm_args(replace(settings, profile=replace(settings.profile, weight_prefetch=profile == "long-c4")))
             written |= {vllm_flag(arg) for arg in args[:len(args) - len(cluster.settings.vllm_extra_args)] if arg.startswith("--")}
     assert written == set(layout.VLLM_FLAGS)
