@@ -307,7 +307,7 @@ def sealed(secrets: dict[str, str]) -> StringCommand:
     return StringCommand(*parts)
 
 
-def cache_kept(state_dir: str, cache: str, named: list[str]) -> StringCommand:
+def cache_kept(state_dir: str, cache: str, named: list[str], owner: str = "root") -> StringCommand:
     """Shell, before a start, that claims ``cache`` (an image's directory of caches, in the
     directory of caches under ``state_dir``) and prunes its siblings. Goes on only if state_dir is
     the deploy's (``claimed``); the directory of caches and ``cache`` each either exist as the
@@ -315,9 +315,10 @@ def cache_kept(state_dir: str, cache: str, named: list[str]) -> StringCommand:
     else there is refused, nothing changed. Then every other directory there that the deploy made
     (real and marked) is removed unless the ``named`` stack files (compose.yaml: the stack in place,
     its previous one, the recorded states') mount it as a ``source:``. A directory without the
-    marker is never removed, whatever its name."""
+    marker is never removed, whatever its name. ``owner``: the user besides root trusted (root on a
+    node, where root makes them)."""
     root = posixpath.dirname(cache)
-    parts: list = [claimed(state_dir, "state_dir"), "&&"]
+    parts: list = [claimed(state_dir, "state_dir", owner), "&&"]
     for path in (root, cache):
         quoted, marker = QuoteString(path), QuoteString(f"{path}/{MANAGED_MARKER}")
         parts += ["if", "[", "-e", quoted, "]", "||", "[", "-L", quoted, "];", "then",
