@@ -72,12 +72,16 @@ def test_rendered_stacks_use_the_names_and_mounts_of_layout(rendered):
     assert service["container_name"] == layout.CONTAINER
     assert set(service["labels"]) == set(layout.LABELS.values())
     assert service["labels"][layout.LABELS["role"]] == rendered.name.split(".")[0]
-    mounts = dict(volume.split(":")[:2] for volume in service["volumes"])
+    mounts = dict(volume.split(":")[:2] if isinstance(volume, str) else (volume["source"], volume["target"])
+                  for volume in service["volumes"])
     inside = layout.IN_CONTAINER
     assert mounts[where["programs"]] == inside["programs"]
     assert mounts[where["serving"]] == inside["state"] and mounts["./launch.sh"] == inside["launch"]
     model = load_site(REPO / "tests/pair/site.toml").model
     assert mounts[layout.store_entry(default_settings()["model_dir"], model.source)] == inside["model"]  # its directory of the store
+    image = service["image"]
+    assert mounts[f"{where['cache']}/{layout.cache_key(image)}"] == inside["cache"]  # this image's caches, made by the deploy alone
+    assert [volume["bind"] for volume in service["volumes"] if isinstance(volume, dict)] == [{"create_host_path": False}]
     assert service["entrypoint"] == [inside["launch"]]
     assert not [target for target in mounts.values() if (inside["container_starts"] + "/").startswith(target.rstrip("/") + "/")]
     test = service["healthcheck"]["test"]
