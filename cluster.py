@@ -158,6 +158,7 @@ class Profile:
     adaptive_verification: bool | None = None
     tensor_parallel: int | None = None  # None: every node
     pipeline_parallel: int | None = None  # None: 1
+    weight_prefetch: bool = False  # vLLM reads the weights' files ahead into the page cache (docs/serving.md)
 
 
 @dataclass(frozen=True)

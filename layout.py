@@ -43,6 +43,7 @@ IN_CONTAINER = {
     "api_key": "/run/secrets/dual-spark-api-key",
     "secrets": "/run/secrets",  # the site's container_secrets, each NAME a file here
     "model": "/model",
+    "cache": "/dual-spark/cache",  # this image's caches on the node (paths()["cache"]/cache_key), kept across restarts
     # in the container's own layer, on no mount: a restart of the container keeps it, a new one starts without
     "container_starts": "/var/tmp/dual-spark-container-starts",
 }
@@ -64,7 +65,7 @@ VLLM_FLAGS = {
     "--generation-config": "generation_config", "--override-generation-config": "generation_config",
     "--enable-flashinfer-autotune": "the profile's flashinfer_autotune", "--nnodes": "the [[node]] tables",
     "--node-rank": "the [[node]] tables", "--master-addr": "the head's rail 0 address", "--master-port": "master_port",
-    "--headless": "the node's role",
+    "--headless": "the node's role", "--safetensors-load-strategy": "the profile's weight_prefetch",
 }
 # What sets the same by another name (vLLM 0.32's parser) or another way: the API key reaches vLLM
 # by its environment, the model as the first argument, the hub token only the fetch; --uds moves
@@ -163,7 +164,28 @@ def paths(state_dir: str, model_dir: str) -> dict[str, str]:
         "clients": f"{state_dir}/clients",  # NAME.key of each [client.NAME], the deploy user's, mode 600
         "verified": f"{model_dir}/{VERIFIED}",
         "smoke": f"{state_dir}/runtime",
+        "cache": f"{state_dir}/cache",  # what vLLM and its libraries compiled or tuned, a directory per image (cache_key)
     }
+
+
+def cache_key(tag: str) -> str:
+    """The directory of an image's caches under paths()["cache"], from its tag (dual-spark/NAME:HEX12,
+    HEX12 its digest or build context's): NAME-HEX12. A new image starts with an empty one.
+
+    .. code:: python
+
+        cache_key("dual-spark/tony-overlay:8c83abf6f44b")  # "tony-overlay-8c83abf6f44b"
+    """
+    return tag.split("/", 1)[-1].replace(":", "-")
+
+
+# Inside a container, under IN_CONTAINER["cache"]: where each library keeps what it compiled or
+# tuned (docs/serving.md, "Restarts and the caches"). vLLM's own (VLLM_CACHE_ROOT) holds
+# torch.compile's artefacts (torch_compile_cache, with inductor's and, unless TRITON_CACHE_DIR is set,
+# Triton's), FlashInfer's autotuning results and DeepGEMM's JIT kernels (DG_JIT_CACHE_DIR's
+# default); Triton's kernels (with TRITON_CACHE_DIR set, torch.compile's too) and FlashInfer's JIT
+# modules (FLASHINFER_WORKSPACE_BASE/.cache/flashinfer) have their own.
+CACHE_ENV = {"VLLM_CACHE_ROOT": "vllm", "TRITON_CACHE_DIR": "triton", "FLASHINFER_WORKSPACE_BASE": "flashinfer"}
 
 
 def smoke_marker(state_dir: str, tag: str) -> str:

@@ -609,6 +609,7 @@ PROFILE = {
     "thinking": Key(bool, "use true or false", required=True),
     "prefix_caching": Key(bool, "use true or false", required=True),
     "flashinfer_autotune": Key(bool, "use true or false", required=True),
+    "weight_prefetch": flag(),
     "privileged": Key(bool, "use true or false", required=True),
     "agent_compact_tokens": Key(int, "use a whole number", between(1024, 16_777_216, "use 1,024 tokens or more (150000 published)"), required=True),
     "tensor_parallel": Key(int, "use a whole number", between(1, 64, "use 1 to 64 (default: every node; 2, 4 or 8 work best)")),

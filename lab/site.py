@@ -26,7 +26,6 @@ from lab.config import (
     LAB_MODEL,
     METRICS_INTERVAL,
     VLLM_ARGS,
-    VLLM_CACHE,
     VLLM_ENV,
     Node,
     lab_nodes,
@@ -73,9 +72,10 @@ def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = 
         # This machine withholds CAP_SYS_RESOURCE: no container may raise a limit above its ceiling.
         "container_ulimits": {"memlock": memlock, "stack": 67108864, "nofile": nofile},
         "container_mounts": shared,
-        # vLLM's cache, built with the environment and mounted with it (read-only): no start
-        # inspects the model's class in a fresh Python importing vLLM (lab.config.VLLM_CACHE).
-        "container_env": {**VLLM_ENV, "VLLM_CACHE_ROOT": str(VLLM_CACHE)},
+        # vLLM's cache is the deploy's (state_dir/cache, per image), as on a Spark: a node's first
+        # start of an image inspects the model's class in a fresh Python importing vLLM, later ones
+        # read what it wrote (lab.config.VLLM_CACHE is the smoke test's and tests/serving's only).
+        "container_env": dict(VLLM_ENV),
         "vllm_extra_args": VLLM_ARGS,
         "speculative_method": "ngram",
         "speculative_options": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},

@@ -1,7 +1,7 @@
 """Prove the CPU vLLM environment generates a token on this machine, the way the lab runs it:
 the tiny model (tiny_model.py) in a temporary directory, served with the lab's arguments and
 environment (config.VLLM_ARGS, VLLM_ENV), one completion on loopback. Its vLLM cache is the
-environment's vllm-cache (config.VLLM_CACHE), which the lab's vLLM then reads. Run by
+environment's vllm-cache (config.VLLM_CACHE), which tests/serving then reads (the lab's nodes use the deploy's). Run by
 scripts/setup-vllm.sh with the environment's Python, once; on failure it prints the server's
 last lines and exits 1.
 

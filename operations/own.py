@@ -305,3 +305,34 @@ def sealed(secrets: dict[str, str]) -> StringCommand:
             f"container_secrets.{name} = {path} is not a regular file of root's, mode 600 or 400, in directories only root can "
             f"change: nothing was started. Fix: {secret_fix(path)} (and sudo chmod go-w on each directory above it)"), ";"]
     return StringCommand(*parts)
+
+
+def cache_kept(state_dir: str, cache: str, named: list[str], owner: str = "root") -> StringCommand:
+    """Shell, before a start, that claims ``cache`` (an image's directory of caches, in the
+    directory of caches under ``state_dir``) and prunes its siblings. Goes on only if state_dir is
+    the deploy's (``claimed``); the directory of caches and ``cache`` each either exist as the
+    deploy's (real, root's, writable by no one else, marked) or are made now and marked; anything
+    else there is refused, nothing changed. Then every other directory there that the deploy made
+    (real and marked) is removed unless the ``named`` stack files (compose.yaml: the stack in place,
+    its previous one, the recorded states') mount it as a ``source:``. A directory without the
+    marker is never removed, whatever its name. ``owner``: the user besides root trusted (root on a
+    node, where root makes them)."""
+    root = posixpath.dirname(cache)
+    parts: list = [claimed(state_dir, "state_dir", owner), "&&"]
+    for path in (root, cache):
+        quoted, marker = QuoteString(path), QuoteString(f"{path}/{MANAGED_MARKER}")
+        parts += ["if", "[", "-e", quoted, "]", "||", "[", "-L", quoted, "];", "then",
+                  "real", quoted, "||", "not_real", quoted, "state_dir;", "closed", quoted, "||", "foreign", quoted, "state_dir;",
+                  "marked", quoted, "||", "not_ours", quoted, "state_dir;",
+                  "else", "mkdir", "-m", "755", "--", quoted, "&&", "mark", marker, "&&",
+                  "echo", QuoteString(f"made {path}, marked {MANAGED_MARKER}"), "||", "exit", "1;", "fi;"]
+    sources = StringCommand("cat", "--", *(QuoteString(path) for path in named), "2>/dev/null", "|", "sed", "-n",
+                            QuoteString("s/^ *source: //p"))
+    parts += ["named=$(", sources, ");",
+              "for", "d", "in", StringCommand(QuoteString(root), "/*", _separator=""), ";", "do",
+              "[", '"$d"', "=", QuoteString(cache), "]", "&&", "continue;",
+              "{", "real", '"$d"', "&&", "marked", '"$d"', ";", "}", "||", "continue;",
+              "printf", "'%s\\n'", '"$named"', "|", "grep", "-qxF", "--", '"$d"', "&&", "continue;",
+              "rm", "-rf", "--", '"$d"', "&&", "echo", '"removed $d: the caches of an image no stack here names"', "||", "exit", "1;",
+              "done"]
+    return StringCommand(*parts)

@@ -36,6 +36,7 @@ from operations.stack import (
     SPECULATIVE_FIELDS,
     Stack,
     StackSettings,
+    cache_kept,
     compose,
     drained_stop,
     stack_settings,
@@ -219,6 +220,7 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
         return
     # a start the deploy makes is no crash loop: it owes no backoff (the watchdog's record of failed starts)
     yield StringCommand("rm", "-f", QuoteString(f"{settings.restarts_dir}/{settings.role}-starts"))
+    yield cache_kept(settings)
     up = compose(settings.stack_dir, "up", "-d", "--force-recreate", "--remove-orphans", "--timeout", str(STOP_TIMEOUT))
     yield StringCommand(sealed(settings.secrets), up) if settings.secrets else up
     if head:

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import posixpath
 from dataclasses import dataclass
 
 import yaml
@@ -15,7 +16,23 @@ from pyinfra.api import OperationError, QuoteString, StringCommand
 
 from cluster import Cluster, Image, Model, Profile
 from facts.fabric import roce_v2_gid_index
-from layout import COMPOSE_PROJECT, CONTAINER, DOOR, IN_CONTAINER, LABELS, STOP_TIMEOUT, VLLM_HOST, paths, smoke_marker, store_entry
+from layout import (
+    CACHE_ENV,
+    COMPOSE_PROJECT,
+    CONTAINER,
+    DOOR,
+    IN_CONTAINER,
+    LABELS,
+    RECORDS,
+    STACK_FILES,
+    STOP_TIMEOUT,
+    VLLM_HOST,
+    cache_key,
+    paths,
+    smoke_marker,
+    store_entry,
+)
+from operations.own import cache_kept as kept
 from operations.render import render
 from programs import digest
 
@@ -60,6 +77,8 @@ def vllm_args(settings: StackSettings) -> list[str]:
     ]
     if profile.flashinfer_autotune:
         args.append("--enable-flashinfer-autotune")
+    if profile.weight_prefetch:
+        args += ["--safetensors-load-strategy", "prefetch"]
     args += ["--nnodes", str(settings.nodes), "--node-rank", str(settings.rank), "--master-addr", settings.master_addr,
              "--master-port", str(settings.master_port)]
     if not head:
@@ -90,6 +109,7 @@ class StackSettings:
     python: str
     programs: str
     restarts_dir: str
+    cache_dir: str  # this image's caches (layout.cache_key), kept across restarts
     vllm_port: int  # on VLLM_HOST, behind the front door
     door_drain_seconds: int
     master_port: int
@@ -126,6 +146,7 @@ def stack_settings(cluster: Cluster, hostname: str) -> StackSettings:
         worker_addresses=[str(worker.rails[0].address.ip) for worker in cluster.workers],
         watchdog_port=settings.watchdog_port, ready_timeout=settings.serving_ready_timeout,
         python=cluster.image.python, programs=where["programs"], restarts_dir=where["serving"],
+        cache_dir=f"{where['cache']}/{cache_key(cluster.image.tag)}",
         vllm_port=settings.vllm_port, door_drain_seconds=settings.door_drain_seconds, master_port=settings.master_port,
         block_size=settings.block_size, speculative_method=settings.speculative_method,
         speculative_options=settings.speculative_options, generation_config=settings.generation_config,
@@ -178,7 +199,8 @@ def environment(settings: StackSettings, gid: int) -> dict[str, str]:
         "NCCL_IB_HCA": ",".join(rail["rdma"] for rail in rails),
         "NCCL_IB_GID_INDEX": str(gid),
     }
-    return {**own, **settings.serving_env, **settings.image.env, **settings.profile.env, **settings.container_env}
+    caches = {name: f"{IN_CONTAINER['cache']}/{below}" for name, below in CACHE_ENV.items()}
+    return {**own, **caches, **settings.serving_env, **settings.image.env, **settings.profile.env, **settings.container_env}
 
 
 def compose_stack(settings: StackSettings, env: dict[str, str], stack_hash: str, model_digest: str) -> dict:
@@ -201,6 +223,8 @@ def compose_stack(settings: StackSettings, env: dict[str, str], stack_hash: str,
         f"{settings.model_dir}:{inside['model']}:ro", f"./launch.sh:{inside['launch']}:ro",
         f"{settings.programs}:{inside['programs']}:ro",
         f"{settings.restarts_dir}:{inside['state']}",
+        # made and marked by the deploy before each start (cache_kept), never by Docker
+        {"type": "bind", "source": settings.cache_dir, "target": inside["cache"], "bind": {"create_host_path": False}},
         *([f"{settings.api_key_file}:{inside['api_key']}:ro"] if role == "head" else []),
         *(f"{path}:{path}:ro" for path in settings.mounts),
         *(f"{path}:{inside['secrets']}/{name}:ro" for name, path in sorted(settings.secrets.items())),
@@ -245,6 +269,17 @@ def in_place(stack: Stack, reading: dict | None) -> bool:
     container = reading["container"]
     return (reading["compose"] == stack.compose.splitlines() and reading["launch"] == stack.launch.splitlines()
             and container is not None and container["status"] == "running" and container["stack"] == stack.hash)
+
+
+def cache_kept(settings: StackSettings) -> StringCommand:
+    """Before a start: this image's caches claimed, and those of images no stack file of this node
+    names (the stack in place, its previous one, the recorded states': the way back starts warm)
+    removed, if the deploy made them (operations/own.py)."""
+    compose_file = STACK_FILES[0]
+    named = [f"{settings.stack_dir}/{compose_file}", f"{settings.stack_dir}/{compose_file}.previous",
+             *(f"{settings.stack_dir}/{record}/{compose_file}" for record in RECORDS)]
+    state_dir = posixpath.dirname(posixpath.dirname(settings.cache_dir))  # state_dir/cache/KEY
+    return kept(state_dir, settings.cache_dir, named)
 
 
 def compose(stack_dir: str, *args: str) -> StringCommand:

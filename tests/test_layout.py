@@ -72,12 +72,16 @@ def test_rendered_stacks_use_the_names_and_mounts_of_layout(rendered):
     assert service["container_name"] == layout.CONTAINER
     assert set(service["labels"]) == set(layout.LABELS.values())
     assert service["labels"][layout.LABELS["role"]] == rendered.name.split(".")[0]
-    mounts = dict(volume.split(":")[:2] for volume in service["volumes"])
+    mounts = dict(volume.split(":")[:2] if isinstance(volume, str) else (volume["source"], volume["target"])
+                  for volume in service["volumes"])
     inside = layout.IN_CONTAINER
     assert mounts[where["programs"]] == inside["programs"]
     assert mounts[where["serving"]] == inside["state"] and mounts["./launch.sh"] == inside["launch"]
     model = load_site(REPO / "tests/pair/site.toml").model
     assert mounts[layout.store_entry(default_settings()["model_dir"], model.source)] == inside["model"]  # its directory of the store
+    image = service["image"]
+    assert mounts[f"{where['cache']}/{layout.cache_key(image)}"] == inside["cache"]  # this image's caches, made by the deploy alone
+    assert [volume["bind"] for volume in service["volumes"] if isinstance(volume, dict)] == [{"create_host_path": False}]
     assert service["entrypoint"] == [inside["launch"]]
     assert not [target for target in mounts.values() if (inside["container_starts"] + "/").startswith(target.rstrip("/") + "/")]
     test = service["healthcheck"]["test"]
@@ -108,7 +112,10 @@ def test_every_configuration_file_the_deploy_writes_carries_its_header():
 
 def test_the_deploys_own_vllm_flags_are_what_vllm_args_writes():
     """VLLM_FLAGS (what a site's vllm_extra_args may not set again) is every flag vllm_args puts on
-    the head's and a worker's command line, for profiles with and without prefix caching."""
+    the head's and a worker's command line, for profiles with and without prefix caching, and with
+    weight_prefetch on."""
+    from dataclasses import replace
+
     from operations.stack import stack_settings, vllm_args
     from site_schema import vllm_flag
 
@@ -116,6 +123,7 @@ def test_the_deploys_own_vllm_flags_are_what_vllm_args_writes():
     for profile in ("adaptive", "long-c4"):
         cluster = load_site(REPO / "tests/pair/site.toml", overrides={"profile": profile})
         for node in cluster.nodes:
-            args = vllm_args(stack_settings(cluster, node.hostname))
+            settings = stack_settings(cluster, node.hostname)
+            args = vllm_args(replace(settings, profile=replace(settings.profile, weight_prefetch=profile == "long-c4")))
             written |= {vllm_flag(arg) for arg in args[:len(args) - len(cluster.settings.vllm_extra_args)] if arg.startswith("--")}
     assert written == set(layout.VLLM_FLAGS)

@@ -64,3 +64,20 @@ def test_a_schedule_and_adaptive_verification_are_rendered_into_the_speculative_
     assert config["num_speculative_tokens"] == 7
     assert config["num_speculative_tokens_per_batch_size"] == [[1, 1, 7], [2, 4, 3]]
     assert config["enable_adaptive_verification"] is True
+
+
+def test_weight_prefetch_is_off_unless_a_profile_sets_it(tmp_path):
+    """Off in every published profile (the pinned stacks above have no load strategy); a profile
+    that sets it has vLLM prefetch the weights' files; anything but true or false is refused."""
+    from site_config import SiteError
+
+    for profile in ("adaptive", "fast", "long-c4"):
+        cluster = load_site(PAIR / "site.toml", overrides={"profile": profile})
+        assert "--safetensors-load-strategy" not in vllm_args(stack_settings(cluster, "spark-a"))
+    path = tmp_path / "site.toml"
+    path.write_text((PAIR / "site.toml").read_text() + "\n[profile.prefetched]\nbase = \"adaptive\"\nweight_prefetch = true\n")
+    args = vllm_args(stack_settings(load_site(path, overrides={"profile": "prefetched"}), "spark-b"))
+    assert args[args.index("--safetensors-load-strategy") + 1] == "prefetch"
+    path.write_text((PAIR / "site.toml").read_text() + "\n[profile.prefetched]\nbase = \"adaptive\"\nweight_prefetch = \"yes\"\n")
+    with pytest.raises(SiteError, match="profile.prefetched.weight_prefetch"):
+        load_site(path, overrides={"profile": "prefetched"})

@@ -110,7 +110,7 @@ def test_compose_is_serialised_so_no_value_becomes_yaml():
     assert "pid" not in service and "cap_add" not in service
     assert service["environment"]["X"] == hostile
     assert service["volumes"][-1] == "/opt/a b\n      - /:/host:/opt/a b\n      - /:/host:ro"
-    assert len(service["volumes"]) == 6
+    assert len(service["volumes"]) == 7
 
 
 def test_a_dollar_in_an_environment_value_reaches_the_container_as_written():
