@@ -21,9 +21,13 @@ from tests.observability import promtool, tool
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_METRICS = REPO / "tests/bench/fixtures/vllm_metrics.txt"  # a CPU vLLM 0.32's /metrics, as the project pins it
+# The front door's /metrics from Debian 12's HAProxy 2.6.12: the rendered door run as in tests/programs/test_door.py,
+# after a request served once vLLM started, one refused past the bound, one held out while drained, vLLM's own 500
+DOOR_METRICS = REPO / "tests/programs/fixtures/door_metrics.txt"
 INTERVAL = 15  # the default metrics_interval_seconds: the series below step by it
 RECORDED = re.compile(r"\bdual_spark:[a-z0-9_:]+")
 VLLM_NAME = re.compile(r"\bvllm:[a-z0-9_:]+")
+HAPROXY_SELECTOR = re.compile(r"\b(haproxy_[a-z_]+)\{([^}]*)\}")
 
 
 def written(tmp: Path, name: str) -> Path:
@@ -124,6 +128,8 @@ STORE = {"model_dir": "/var/lib/dual-spark/model", "mountpoint": "/"}
 TEXTFILE_LABEL = {HEAD["node"]: {"file": "/var/lib/dual-spark-metrics/dual-spark.prom"}, WORKER["node"]: {"file": "dual-spark.prom"}}
 VLLM = {**HEAD, "job": "vllm", "instance": "127.0.0.1:8888"}
 MODEL = {**HEAD, "model_name": "tiny"}
+DOOR = {**HEAD, "job": "door", "instance": "127.0.0.1:8405"}
+API, BACKEND, SERVER = {**DOOR, "proxy": "api"}, {**DOOR, "proxy": "vllm"}, {**DOOR, "proxy": "vllm", "server": "vllm"}
 
 
 def s(name: str, labels: dict, values: str) -> dict:
@@ -173,8 +179,20 @@ def serving(minutes: int = 20) -> list[dict]:
                        s("dual_spark_rail_roce_port_active", {**labels, "rdma": "rocep1s0f0", "port": "1"}, f"1x{steps}"),
                        s("dual_spark_rail_errors_total", {**labels, "path": "netdev", "counter": "rx_dropped"}, f"0+3x{steps}"),
                        s("dual_spark_rail_errors_total", {**labels, "path": "rdma", "port": "1", "counter": "symbol_error"}, f"5x{steps}")]
-    return [*series, s("dual_spark_collector_errors", {**HEAD, "job": "node", "instance": "x:9100", "reading": "rail 1"},
-                       f"_x30 1 _x{steps - 31}")]
+    return [*series, *door(steps), s("dual_spark_collector_errors", {**HEAD, "job": "node", "instance": "x:9100", "reading": "rail 1"},
+                                     f"_x30 1 _x{steps - 31}")]
+
+
+def door(steps: int) -> list[dict]:
+    """The front door of a healthy head, in HAProxy's names: two requests per scrape, each answered 2xx
+    by vLLM, two in flight, none tried again or refused."""
+    return [s("up", DOOR, f"1x{steps}"), s("haproxy_frontend_http_requests_total", API, f"0+2x{steps}"),
+            s("haproxy_frontend_http_responses_total", {**API, "code": "2xx"}, f"0+2x{steps}"),
+            s("haproxy_frontend_http_responses_total", {**API, "code": "5xx"}, f"0x{steps}"),
+            s("haproxy_server_http_responses_total", {**SERVER, "code": "5xx"}, f"0x{steps}"),
+            s("haproxy_backend_retry_warnings_total", BACKEND, f"0x{steps}"),
+            s("haproxy_backend_current_sessions", BACKEND, f"2x{steps}"), s("haproxy_server_current_sessions", SERVER, f"2x{steps}"),
+            s("haproxy_backend_max_connect_time_seconds", BACKEND, f"0.001x{steps}")]
 
 
 def cut(series: list[dict], labels: dict, after: int = 20) -> list[dict]:
@@ -200,6 +218,7 @@ def engine_labels(**more) -> dict:
     return {**MODEL, "job": "vllm", "instance": "127.0.0.1:8888", "engine": "0", **more}
 
 
+TIMES = [5, 6, 7, 8, 8.5, 9, 10, 10.5, 11, 12, 14, 16]  # when the alerts are judged (minutes)
 # Each fault: the series that show it, and per alert the times (minutes) it must be silent and firing
 # (with the labels it fires with). Every other alert is silent before, during and after it (QUIET).
 # The worker's vLLM killed at 10 min: the head generates nothing more, its watchdog ends it after
@@ -214,6 +233,17 @@ KILLED_WORKER = replaced(
 )
 # An engine that hangs with requests in it while its API answers (a rank waiting on a dead one).
 HUNG = replaced(serving(), s("vllm:generation_tokens_total", engine_labels(), "0+400x40 16000x40"))
+# The head's vLLM restarted for a change from 5:00 to 10:00: the door answers nothing meanwhile, holds
+# the requests (eight waiting for vLLM, each tried again every second) and serves them when it is
+# back, the longest after 300 s; none is refused.
+HELD = replaced(
+    serving(),
+    s("haproxy_frontend_http_responses_total", {**API, "code": "2xx"}, "0+2x20 40x19 82+2x39"),
+    s("haproxy_backend_retry_warnings_total", BACKEND, "0x20 120+120x19 2400x39"),
+    s("haproxy_server_current_sessions", SERVER, "2x20 0x19 2x39"),
+    s("haproxy_backend_current_sessions", BACKEND, "2x20 8x19 2x39"),
+    s("haproxy_backend_max_connect_time_seconds", BACKEND, "0.001x40 300x39"),
+)
 FAULTS = {
     "a healthy cluster": (serving(), {}),
     "a killed worker": (KILLED_WORKER, {
@@ -316,8 +346,28 @@ FAULTS = {
                                                                "0+150x20 3000x60")), {
         "DualSparkSpeculationCollapsed": ([8], [(12, [MODEL])]),
     }),
+    "a restart of five minutes, its requests held at the door": (HELD, {"DualSparkDoorRefusing": (TIMES, [])}),
+    # From 5:00 a request a scrape waited its whole bound and is answered 503 by the door.
+    "the door refusing requests": (replaced(serving(), s("haproxy_frontend_http_responses_total", {**API, "code": "5xx"}, "0x20 0+1x60")), {
+        "DualSparkDoorRefusing": ([5, 6, 7], [(8, [{**HEAD, "$value": "4"}]), (16, [{**HEAD, "$value": "4"}])]),
+    }),
+    # A heal: at 5:15 the eight requests in flight fail at once, three with vLLM's own error, five (long
+    # prompts, not held whole) with the door's 502; then it serves again.
+    "a heal failing the requests in flight once": (replaced(serving(), s("haproxy_frontend_http_responses_total", {**API, "code": "5xx"},
+                                                                         "0x20 8x60"),
+                                                            s("haproxy_server_http_responses_total", {**SERVER, "code": "5xx"}, "0x20 3x60")), {
+        "DualSparkDoorRefusing": (TIMES, []),
+    }),
+    # vLLM answers a 5xx a scrape from 5:00, which the door passes on: vLLM's, not the door's.
+    "vLLM's own errors passed on": (replaced(serving(), s("haproxy_frontend_http_responses_total", {**API, "code": "5xx"}, "0x20 0+1x60"),
+                                             s("haproxy_server_http_responses_total", {**SERVER, "code": "5xx"}, "0x20 0+1x60")), {
+        "DualSparkDoorRefusing": (TIMES, []),
+    }),
+    # HAProxy stopped at 5:00: its scrape fails, every series of the door ends.
+    "the door down": (replaced(cut(serving(), DOOR), s("up", DOOR, "1x20 0x60")), {
+        "DualSparkDoorDown": ([5], [(7, [{**DOOR, "$value": "0"}])]),
+    }),
 }
-TIMES = [5, 6, 7, 8, 8.5, 9, 10, 10.5, 11, 12, 14, 16]
 QUIET = [6, 11, 16]  # when every alert a fault does not name must be silent (before, during and after it)
 
 
@@ -346,7 +396,7 @@ def alert_tests(alert_rules: dict, faults: tuple[str, ...] = tuple(FAULTS)) -> d
 def recording_tests() -> dict:
     """The recording rules on known series: one request of 101 tokens, 2 s of decode, finishes every
     15 s; 4 drafts of 3 tokens per 15 s, 3 first and 1 second positions accepted; two rails' counters;
-    a head with two GPUs and a worker whose nvidia-smi lists none."""
+    a head with two GPUs and a worker whose nvidia-smi lists none; the front door's counters."""
     labels = engine_labels()
     steps = 40
     series = [s("vllm:request_generation_tokens_sum", labels, f"0+101x{steps}"), s("vllm:request_generation_tokens_count", labels, f"0+1x{steps}"),
@@ -361,7 +411,14 @@ def recording_tests() -> dict:
                                                           "port": "1"}, f"0+{15 * 10**9}x{steps}"),
               s("dual_spark_gpu_readable", {**HEAD_NODE, "state": "ok"}, f"1x{steps}"),
               s("dual_spark_gpu_info", {**HEAD_NODE, **GB10}, f"1x{steps}"), s("dual_spark_gpu_info", {**HEAD_NODE, **GB10, "gpu": "1"}, f"1x{steps}"),
-              s("dual_spark_gpu_readable", {**WORKER_NODE, "state": "No devices were found"}, f"0x{steps}")]
+              s("dual_spark_gpu_readable", {**WORKER_NODE, "state": "No devices were found"}, f"0x{steps}"),
+              s("haproxy_frontend_http_requests_total", API, f"0+30x{steps}"),
+              s("haproxy_frontend_http_responses_total", {**API, "code": "2xx"}, f"0+15x{steps}"),
+              s("haproxy_frontend_http_responses_total", {**API, "code": "5xx"}, f"0+15x{steps}"),
+              s("haproxy_server_http_responses_total", {**SERVER, "code": "5xx"}, f"0+7.5x{steps}"),
+              s("haproxy_backend_retry_warnings_total", BACKEND, f"0+30x{steps}"),
+              s("haproxy_backend_current_sessions", BACKEND, f"5x{steps}"), s("haproxy_server_current_sessions", SERVER, f"2x{steps}"),
+              s("haproxy_backend_max_connect_time_seconds", BACKEND, f"4.5x{steps}")]
     group = {**MODEL}
 
     def expect(expr: str, value: float, labels: dict = group) -> dict:
@@ -382,6 +439,18 @@ def recording_tests() -> dict:
         {"expr": "dual_spark:gpus:count", "eval_time": "5m", "exp_samples": [  # none listed: 0, not nothing
             {"labels": '{__name__="dual_spark:gpus:count",node="spark-head"}', "value": 2},
             {"labels": '{__name__="dual_spark:gpus:count",node="spark-worker"}', "value": 0}]},
+        # The door: 2 requests a second, half answered 2xx and half 5xx, half of those by vLLM; 2
+        # retries a second (two requests waiting, each tried every second); five at the door, two at vLLM.
+        expect("dual_spark:door_requests_per_second", 2, HEAD),
+        {"expr": "dual_spark:door_responses_per_second", "eval_time": "5m", "exp_samples": [
+            {"labels": f'{{__name__="dual_spark:door_responses_per_second",node="spark-head",code="{code}"}}', "value": 1}
+            for code in ("2xx", "5xx")]},
+        expect("dual_spark:door_refused_per_second", 0.5, HEAD),
+        expect("dual_spark:door_vllm_errors_per_second", 0.5, HEAD),
+        expect("dual_spark:door_retries_per_second", 2, HEAD),
+        expect("dual_spark:door_requests_in_flight", 2, HEAD),
+        expect("dual_spark:door_requests_waiting_for_vllm", 3, HEAD),
+        expect("dual_spark:door_wait_seconds:max", 4.5, HEAD),
     ]
     return {"rule_files": ["recording.yml"], "evaluation_interval": f"{INTERVAL}s",
             "tests": [{"name": "the recording rules", "interval": f"{INTERVAL}s", "input_series": series, "promql_expr_test": tests}]}
@@ -446,7 +515,8 @@ def test_the_rates_span_four_scrapes():
 
 def test_every_name_used_is_recorded_or_exported():
     """The dashboards, the alerts and `tasks/status.py` use the recording rules' names, each
-    defined once; the rules use only names the pinned vLLM's /metrics has."""
+    defined once; the rules use only names the pinned vLLM's /metrics has, and of HAProxy's only the
+    series the door's own exporter serves."""
     recorded = recorded_names()
     records = [rule["record"] for group in rules()["recording.yml"]["groups"] for rule in group["rules"]]
     assert len(records) == len(set(records))
@@ -456,6 +526,12 @@ def test_every_name_used_is_recorded_or_exported():
     exported = {line.split("{")[0].split(" ")[0] for line in VLLM_METRICS.read_text().splitlines() if not line.startswith("#")}
     named = set(VLLM_NAME.findall(json.dumps(rules())))
     assert named and named <= exported, named - exported
+    door = [labels_of(line.split(" ")[0]) for line in DOOR_METRICS.read_text().splitlines() if not line.startswith("#")]
+    selectors = HAPROXY_SELECTOR.findall(rule_files(site("pair"))["recording.yml"])
+    assert selectors
+    for name, inside in selectors:  # each name, with the proxy, server and code it selects, is a series HAProxy serves
+        wanted = {"__name__": name, **dict(re.findall(r'(\w+)="([^"]*)"', inside))}
+        assert any(series.items() >= wanted.items() for series in door), wanted
 
 
 def test_every_dashboard_query_is_valid_promql_over_the_rules(tmp_path):
