@@ -159,6 +159,9 @@ def door_row(name: str, cluster: Cluster, door: dict | None) -> Check:
     if "MAINT" in door["status"]:
         return Check(name, "front door", FAIL, f"vLLM is in maintenance at the door: requests wait ({counts})",
                      "`sudo systemctl reload haproxy` on the head: a reload starts with vLLM ready")
+    if "DOWN" in door["health"]:
+        return Check(name, "front door", WARN, f"vLLM is down at the door's health check: new requests wait ({counts})",
+                     "see the vLLM container and API rows: the door serves them once vLLM does")
     if "DRAIN" in door["status"]:
         return Check(name, "front door", WARN, f"vLLM drained for a planned stop: new requests wait ({counts})",
                      "a change is stopping vLLM; if none runs: `sudo systemctl reload haproxy` on the head")

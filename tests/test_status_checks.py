@@ -21,7 +21,7 @@ MODEL = {"repo": "org/model", "revision": "ab" * 20}
 SERVED = {"cluster": "c1", "stack": "9d2e", "profile": "adaptive", "image": "dual-spark/x:1", "image_id": "sha256:" + "5e" * 32,
           "model": MODEL, "model_digest": "e8" * 6, "since": "2026-11-29T20:03:40Z"}
 BEFORE = {**SERVED, "cluster": "c0", "stack": "77aa", "profile": "fast", "since": "2026-11-28T10:00:00Z"}
-DOOR = {"ok": True, "status": "no check", "in_flight": 1, "requests": 212, "retried": 3, "connection_errors": 0, "response_errors": 0}
+DOOR = {"ok": True, "status": "no check", "health": "UP", "in_flight": 1, "requests": 212, "retried": 3, "connection_errors": 0, "response_errors": 0}
 LOG = ["RuntimeError: NCCL error: unhandled system error", "Engine core initialization failed."]
 
 
@@ -222,3 +222,5 @@ def test_the_front_door_says_what_it_holds_and_fails_when_clients_reach_nothing(
     gone = rows(reading("head", door={"ok": False, "error": "no front door answers on this node"}), reading("worker"))["spark-head", "front door"]
     assert gone.status == FAIL and "clients reach nothing at 127.0.0.1:8888" in gone.fix
     assert rows(reading("head", door={**DOOR, "status": "MAINT"}), reading("worker"))["spark-head", "front door"].status == FAIL
+    down = rows(reading("head", door={**DOOR, "health": "DOWN"}), reading("worker"))["spark-head", "front door"]
+    assert down.status == WARN and down.detail.startswith("vLLM is down at the door's health check: new requests wait")

@@ -6,8 +6,9 @@
         door again: the requests held go on, tried each second until the new vLLM takes them.
         Exits with COMMAND's status. Where there is no door yet (no socket): COMMAND alone.
     door state --socket S
-        One JSON line: the door's view of vLLM (its state, requests in flight, the requests it
-        retried and those it answered with an error), or {"door": null} without a door.
+        One JSON line: the door's view of vLLM (its state, its health as the door's check sees
+        it, requests in flight, the requests it retried and those it answered with an error), or
+        {"door": null} without a door.
     door keys --deploy-key F --clients DIR --map M --backend-map B
         Write the door's two maps (root's, mode 600, whole or not at all): M takes each key the
         door lets in to its client's name (the deploy's own key F as "deploy", each DIR/NAME.key
@@ -30,7 +31,7 @@ from pathlib import Path
 from .atomic import write_atomically
 from .secret import KEY_FIX, SecretError, read_secret
 
-BACKEND, SERVER = "vllm", "vllm"  # haproxy.cfg's names
+BACKEND, SERVER, HEALTH = "vllm", "vllm", "vllm_health"  # haproxy.cfg's names
 KEY = re.compile(r"[A-Za-z0-9_-]{16,256}")  # secrets.token_urlsafe's alphabet: no space, so one map line each
 
 
@@ -50,13 +51,13 @@ def ask(path: str, command: str, timeout: float = 10) -> str:
     return b"".join(chunks).decode()
 
 
-def server_row(path: str) -> dict:
-    """vLLM's row of `show stat` (HAProxy's CSV: scur in flight, status, wretr, eresp, ...)."""
+def server_row(path: str, backend: str = BACKEND) -> dict:
+    """vLLM's row of `show stat` in ``backend`` (HAProxy's CSV: scur in flight, status, wretr, eresp, ...)."""
     lines = ask(path, "show stat").lstrip("# ").splitlines()
     for row in csv.DictReader(lines):
-        if row.get("pxname") == BACKEND and row.get("svname") == SERVER:
+        if row.get("pxname") == backend and row.get("svname") == SERVER:
             return row
-    raise OSError(f"the door has no server {BACKEND}/{SERVER}")
+    raise OSError(f"the door has no server {backend}/{SERVER}")
 
 
 def set_state(path: str, state: str) -> None:
@@ -99,7 +100,8 @@ def state(args) -> None:
     def number(key: str) -> int:
         return int(row.get(key) or 0)
 
-    print(json.dumps({"door": {"status": row.get("status", ""), "in_flight": number("scur"), "requests": number("stot"),
+    health = server_row(args.socket, HEALTH)["status"]
+    print(json.dumps({"door": {"status": row.get("status", ""), "health": health, "in_flight": number("scur"), "requests": number("stot"),
                                "retried": number("wretr"), "connection_errors": number("econ"), "response_errors": number("eresp")}}))
 
 

@@ -2,6 +2,7 @@
 state once for the whole session, and the pyinfra CLI run as a user runs it against it. The
 test modules are numbered in the order they build on each other's state."""
 
+import json
 import os
 import re
 import shlex
@@ -114,21 +115,38 @@ def generates(url: str = VLLM_URL, timeout: float = 20) -> bool:
         return False
 
 
+def door_sees() -> str | None:
+    """vLLM's health as the front door's check sees it ("UP", "DOWN", ...), read on the head."""
+    from lab.config import HEAD
+    from lab.processes import in_node
+
+    state = in_node(HEAD.dir, "python3", "/var/lib/dual-spark/bin/dual-spark.pyz", "door", "state", "--socket",
+                    "/run/haproxy-dual-spark.sock", capture_output=True, check=False).stdout
+    try:
+        return json.loads(state)["door"]["health"]
+    except (ValueError, KeyError, TypeError):
+        return None
+
+
 def healed_after(name: str, fault, door_stays: bool = True) -> float:
     """Inject ``fault``; vLLM must stop serving, then serve again with no one touching it; the
     seconds from the fault to its first token served again. Where the head itself stays up
-    (``door_stays``), a request sent to the front door just after the fault is held there and
-    served once the cluster heals; in every case the door serves afterwards."""
+    (``door_stays``), a request sent to the front door once it sees vLLM down is held there and
+    served once the cluster heals (one sent before may meet the dying engine: it was in flight);
+    in every case the door serves afterwards."""
     assert generates(), "the cluster must serve before the fault"
     started = time.monotonic()
     fault()
     held: list[bool] = []
     sender = threading.Thread(target=lambda: held.append(generates(DOOR_URL, timeout=600)))
-    if door_stays:
-        sender.start()
     while generates():
         assert time.monotonic() - started < 120, f"{name}: the cluster still serves two minutes after the fault"
         time.sleep(1)
+    if door_stays:
+        while door_sees() != "DOWN" and generates(timeout=2) is False:
+            assert time.monotonic() - started < 120, f"{name}: the front door never saw vLLM down"
+            time.sleep(0.5)
+        sender.start()
     while not generates():
         assert time.monotonic() - started < 900, f"{name}: the cluster does not serve 15 minutes after the fault"
         time.sleep(1)

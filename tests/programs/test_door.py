@@ -27,12 +27,23 @@ from tests.programs import ARCHIVE
 pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (scripts/setup.sh installs it)")
 
 BACKEND = """
-import http.server, sys, time
+import http.server, os, sys, time
+DEAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dead")
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def log_message(self, *args):
         pass
     def do_GET(self):
+        if self.path == "/health" and os.path.exists(DEAD):  # an engine that died: vLLM's /health answers 503
+            self.send_response(503)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if self.path == "/v1/models" and os.path.exists(DEAD):
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
         if self.path == "/v1/whoami":  # what the door handed on as the key
             body = self.headers.get("Authorization", "").encode()
             self.send_response(200)
@@ -157,11 +168,20 @@ def test_a_request_that_waited_past_the_bound_fails_once_with_retry_after(door):
     assert waited >= 5
 
 
+def seen_up(socket: str) -> None:
+    """Until the door's health check sees vLLM up."""
+    deadline = time.monotonic() + 15
+    while json.loads(door_program("state", "--socket", socket).stdout)["door"]["health"] != "UP":
+        assert time.monotonic() < deadline, "the door's health check never saw vLLM up"
+        time.sleep(0.2)
+
+
 def test_a_planned_stop_lets_the_request_in_flight_finish_and_holds_the_next(door):
     """The drain: the slow request in flight when it starts finishes whole; one sent during the
     drain is held, not sent to the vLLM about to stop, and served by the next one."""
     url, socket, vllm = door
     vllm.start()
+    seen_up(socket)
     before = vllm.process
     slow: list = []
     held: list = []
@@ -181,6 +201,27 @@ def test_a_planned_stop_lets_the_request_in_flight_finish_and_holds_the_next(doo
     assert held[0][:2] == (200, "chunk0")
     state = json.loads(door_program("state", "--socket", socket).stdout)["door"]
     assert state["status"] == "no check" and state["in_flight"] == 0 and state["requests"] >= 2
+
+
+def test_a_vllm_whose_engine_died_is_seen_down_and_requests_wait_for_the_next(door, tmp_path):
+    """A heal: vLLM answers 503 at /health (its engine died) while its API still takes requests.
+    Once the door's check sees it down, a new request waits at the door instead of meeting the
+    dead engine, and is served by the vLLM that follows."""
+    url, socket, vllm = door
+    vllm.start()
+    seen_up(socket)
+    (tmp_path / "dead").write_text("")  # the backend's /health answers 503 from now on
+    deadline = time.monotonic() + 15
+    while json.loads(door_program("state", "--socket", socket).stdout)["door"]["health"] != "DOWN":
+        assert time.monotonic() < deadline, "the door's health check never saw the dead engine"
+        time.sleep(0.2)
+    held: list = []
+    thread = in_background(url + "/v1/models", held)
+    time.sleep(2)
+    assert not held  # not sent to the dead engine: waiting
+    (tmp_path / "dead").unlink()
+    thread.join()
+    assert held[0][:2] == (200, "chunk0")
 
 
 def test_without_a_door_the_stop_runs_alone_and_keeps_its_status(tmp_path):
