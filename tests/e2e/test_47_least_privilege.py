@@ -202,3 +202,42 @@ def snapshot_of(node, paths: list[str]) -> list[str]:
     file's SHA-256."""
     script = 'for p; do stat -c "%n %a %U %F" -- "$p"; if [ -f "$p" ]; then sha256sum -- "$p"; fi; done'
     return in_node(node.dir, "sh", "-c", script, "-", *paths, capture_output=True).stdout.splitlines()
+
+
+SECRET = "/etc/dual-spark/secrets/wandb"  # a container secret of the site's, on every node
+
+
+def test_a_container_secret_is_mounted_from_a_root_only_file_and_never_shown(converged, tmp_path):
+    """container_secrets on the pair: a file another user owns on the worker is refused on the
+    head before anything stops; once it is root's, mode 600, on both nodes, the stacks restart
+    with it read-only at /run/secrets/wandb, and its text is in no output, stack file, environment
+    or label. The site without it then puts the stacks back."""
+    value = "wandb-" + hashlib.sha256(str(tmp_path).encode()).hexdigest()[:24]
+    for node in (HEAD, WORKER):
+        sh(node, f"install -d -m 755 {Path(SECRET).parent} && umask 077 && printf %s {value} > {SECRET}")
+    sh(WORKER, f"id -u {OTHER} >/dev/null 2>&1 || useradd --no-create-home --shell /bin/sh {OTHER}; chown {OTHER}: {SECRET}")
+    running = {node.name: container(node) for node in (HEAD, WORKER)}
+    site = site_variant(tmp_path, container_secrets={"wandb": SECRET})
+    try:
+        refused = pyinfra("-y", task="tasks/serving.py", site=site)
+        assert refused.returncode != 0, refused.stdout
+        assert (f"spark-worker: container_secrets.wandb = {SECRET} is {OTHER}'s, mode 600: a secret must be root's and read by root "
+                f"alone. Fix: sudo chown root: {SECRET} && sudo chmod 600 {SECRET}") in refused.stdout, refused.stdout
+        assert {node.name: container(node) for node in (HEAD, WORKER)} == running  # nothing was stopped
+        sh(WORKER, f"chown root: {SECRET}")
+        served = pyinfra("-y", task="tasks/serving.py", site=site)
+        assert served.returncode == 0, served.stdout
+        for node in (HEAD, WORKER):
+            inside = in_node(node.dir, "docker", "exec", "dual-spark-vllm", "cat", "/run/secrets/wandb", capture_output=True).stdout
+            assert inside == value, node.name
+            shown = in_node(node.dir, "docker", "inspect", "dual-spark-vllm", capture_output=True).stdout
+            assert SECRET in shown and "/run/secrets/wandb" in shown and value not in shown, node.name
+            assert value not in (node.root / "etc/dual-spark/compose.yaml").read_text()
+        assert value not in refused.stdout + served.stdout
+        assert generates()
+    finally:
+        back = pyinfra("-y", task="tasks/serving.py")
+        for node in (HEAD, WORKER):
+            sh(node, f"rm -rf {Path(SECRET).parent}")
+    assert back.returncode == 0, back.stdout
+    assert generates()
