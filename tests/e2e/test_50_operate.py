@@ -121,6 +121,22 @@ def test_a_frozen_worker_is_found_within_30_s_and_the_pair_serves_within_90(conv
     FOUND["worker frozen (SIGSTOP)"] = round(found, 1)
 
 
+def test_the_front_door_killed_comes_back_and_status_shows_it(converged):
+    """Every HAProxy process of the head killed: systemd (the lab's stand-in, as the unit says:
+    Restart=always) starts the door again, vLLM untouched, and the status table shows it."""
+    assert generates(DOOR_URL)
+    vllm = in_node(HEAD.dir, "docker", "inspect", "-f", "{{.State.StartedAt}}", "dual-spark-vllm", capture_output=True).stdout
+    started = time.monotonic()
+    in_node(HEAD.dir, "pkill", "-KILL", "-x", "haproxy")
+    while not generates(DOOR_URL, timeout=5):
+        assert time.monotonic() - started < 60, "the front door did not come back within a minute of being killed"
+        time.sleep(0.5)
+    RECOVERED["front door killed"] = round(time.monotonic() - started, 1)
+    assert in_node(HEAD.dir, "docker", "inspect", "-f", "{{.State.StartedAt}}", "dual-spark-vllm", capture_output=True).stdout == vllm
+    result = status()
+    assert re.search(r"spark-head\s+front door\s+PASS\s+answers at 127.0.0.1:8888: ", result.stdout), result.stdout
+
+
 def processes(node) -> list[tuple[str, str]]:
     """Each process of the node: its state (ps STAT) and command line."""
     lines = in_node(node.dir, "ps", "-eo", "stat=,args=", capture_output=True).stdout.splitlines()
