@@ -88,8 +88,8 @@ def test_every_target_is_up(prometheus):
         if set(health.values()) == {"up"} or time.monotonic() > deadline:
             break
         time.sleep(2)
-    assert health == {("prometheus", "spark-head"): "up", ("vllm", "spark-head"): "up", ("node", "spark-head"): "up",
-                      ("node", "spark-worker"): "up"}, targets
+    assert health == {("prometheus", "spark-head"): "up", ("vllm", "spark-head"): "up", ("door", "spark-head"): "up",
+                      ("node", "spark-head"): "up", ("node", "spark-worker"): "up"}, targets
 
 
 @pytest.fixture(scope="module")
