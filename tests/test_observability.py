@@ -269,7 +269,8 @@ FAULTS = {
     "vLLM dying after it serves, again and again": (replaced(serving(), s("dual_spark_vllm_container_restarts_total",
                                                                           {**WORKER, "job": "node", "instance": "x:9100", "role": "worker"},
                                                                           "0x19 1x4 2x4 3x4 4x4 5x4 6x60")), {
-        "DualSparkWatchdogRestartLoop": ([5, 8, 11], [(14, [{**WORKER, "role": "worker"}]), (16, [{**WORKER, "role": "worker"}])]),
+        "DualSparkVllmFlapping": ([5, 8, 11], [(14, [{**WORKER, "role": "worker"}]), (16, [{**WORKER, "role": "worker"}])]),
+        "DualSparkWatchdogRestartLoop": ([5, 8, 11, 14, 16], []),  # each start served: not a loop that never serves
     }),
     # Seven deliberate changes, one every 75 s (profiles tried, rollbacks): seven starts, each in a
     # new container, so Docker's count of restarts stays 0.
@@ -277,6 +278,7 @@ FAULTS = {
                                                             {**WORKER, "job": "node", "instance": "x:9100", "role": "worker"},
                                                             "1x19 2x4 3x4 4x4 5x4 6x4 7x4 8x60")), {
         "DualSparkWatchdogRestartLoop": ([6, 11, 14, 16], []),
+        "DualSparkVllmFlapping": ([6, 11, 14, 16], []),
     }),
     # Everything its exporter served ends with it: only NodeDown says so (its textfile, GPU and rails
     # are not judged stale or missing on a node no one can read).

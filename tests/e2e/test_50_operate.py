@@ -34,7 +34,8 @@ def status() -> subprocess.CompletedProcess:
 def test_status_reads_the_serving_pair_in_one_table(converged):
     """The table of a serving pair. The tier before this one kills the worker's vLLM until it
     restarts in a loop, and the restart-loop alert rightly fires then: it must clear on its own
-    within three minutes of the pair serving again."""
+    within three minutes of the pair serving again (the warning that vLLM restarted often in the
+    last hour may stay: it did)."""
     deadline = time.monotonic() + 180
     while re.search(r"alerts\s+FAIL\s+firing: DualSparkWatchdogRestartLoop", status().stdout):
         assert time.monotonic() < deadline, "the restart-loop alert still fires three minutes on"
