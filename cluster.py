@@ -60,6 +60,7 @@ class Settings:
     vllm_port: int
     door_drain_seconds: int
     door_metrics_port: int
+    door_request_kib: int
     master_port: int
     watchdog_port: int
     block_size: int

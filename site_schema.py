@@ -626,6 +626,7 @@ SETTINGS = {
     "vllm_port": port(),
     "door_drain_seconds": positive(86_400, "wait 1 to 86400 seconds for the requests in flight before a planned stop"),
     "door_metrics_port": port(),
+    "door_request_kib": Key(int, "use a whole number", between(16, 65_536, "use 16 to 65536 KiB (a request in flight holds up to three such buffers)")),
     "master_port": port(),
     "watchdog_port": port(),
     "block_size": Key(int, "use a whole number", lambda v: None if v in (16, 32, 64, 128, 256) else "use 16, 32, 64, 128 or 256 (256 published)"),

@@ -17,6 +17,7 @@ api_public = False  # a non-loopback api_host is refused unless this is true
 vllm_port = 8889  # vLLM's own port, on the head's loopback only
 door_drain_seconds = 600  # how long a planned stop waits for the requests in flight to finish
 door_metrics_port = 8405  # the door's Prometheus metrics, on the head's loopback
+door_request_kib = 1024  # a request up to this size is held whole, so it can be sent again to the next vLLM
 master_port = 25000
 watchdog_port = 25001  # each side's watchdog status, on its own fabric address
 block_size = 256

@@ -50,7 +50,8 @@ def door_settings(cluster: Cluster) -> DoorSettings:
     settings = cluster.settings
     config = render("door/haproxy.cfg.j2", api_host=settings.api_host, api_port=settings.api_port, vllm_host=VLLM_HOST,
                     vllm_port=settings.vllm_port, hold=settings.serving_ready_timeout, socket=DOOR["socket"],
-                    metrics_port=settings.door_metrics_port, clients_map=DOOR["clients_map"], backend_map=DOOR["backend_map"])
+                    metrics_port=settings.door_metrics_port, buffer=settings.door_request_kib * 1024, clients_map=DOOR["clients_map"],
+                    backend_map=DOOR["backend_map"])
     where = paths(settings.state_dir, settings.model_dir)
     return DoorSettings(api_host=settings.api_host, api_port=settings.api_port, show_program_diffs=settings.show_program_diffs,
                         clients=cluster.clients, clients_dir=where["clients"], deploy_key=where["api_key"], deploy_user=cluster.deploy_user,

@@ -376,6 +376,7 @@ GRAMMAR_MISTAKES = [
     (with_("settings.vllm_port", 8888), "settings.vllm_port", "api_port uses that port already"),
     (with_("settings.door_metrics_port", 8889), "settings.door_metrics_port", "vllm_port uses that port already"),
     (with_("settings.door_drain_seconds", 0), "settings.door_drain_seconds", "1 to 86400 seconds"),
+    (with_("settings.door_request_kib", 8), "settings.door_request_kib", "use 16 to 65536 KiB"),
     (with_("settings.prometheus_retention_gib", 4096), "settings.prometheus_retention_gib", "1 to 1024 GiB"),
 ]
 

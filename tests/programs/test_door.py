@@ -6,6 +6,8 @@ beside it)."""
 
 from __future__ import annotations
 
+import hashlib
+import http.client
 import json
 import shutil
 import subprocess
@@ -27,12 +29,22 @@ from tests.programs import ARCHIVE
 pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (scripts/setup.sh installs it)")
 
 BACKEND = """
-import http.server, os, sys, time
+import hashlib, http.server, os, sys, time
 DEAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dead")
+FROZEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "frozen")
 class Handler(http.server.BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
     def log_message(self, *args):
         pass
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers["Content-Length"]))
+        if os.path.exists(FROZEN):  # a frozen rank's vLLM, ended by its watchdog under the request
+            os._exit(1)
+        digest = hashlib.sha256(body).hexdigest().encode()
+        self.send_response(200)
+        self.send_header("Content-Length", str(len(digest)))
+        self.end_headers()
+        self.wfile.write(digest)
     def do_GET(self):
         if self.path == "/health" and os.path.exists(DEAD):  # an engine that died: vLLM's /health answers 503
             self.send_response(503)
@@ -222,6 +234,40 @@ def test_a_vllm_whose_engine_died_is_seen_down_and_requests_wait_for_the_next(do
     (tmp_path / "dead").unlink()
     thread.join()
     assert held[0][:2] == (200, "chunk0")
+
+
+def post_in_two_parts(url: str, body: bytes, results: list) -> None:
+    """POST ``body`` as many clients do (urllib among them): the headers, then the body a moment
+    later; append (status, answer)."""
+    connection = http.client.HTTPConnection(url.removeprefix("http://"), timeout=60)
+    connection.putrequest("POST", "/v1/completions")
+    for name, value in (("Authorization", f"Bearer {LAPTOP_KEY}"), ("Content-Type", "application/json"), ("Content-Length", str(len(body)))):
+        connection.putheader(name, value)
+    connection.endheaders()
+    time.sleep(0.3)
+    connection.send(body)
+    response = connection.getresponse()
+    results.append((response.status, response.read().decode()))
+
+
+@pytest.mark.parametrize("size", [200, 600_000])
+def test_a_request_that_vllm_took_and_died_under_is_sent_whole_to_the_next(door, tmp_path, size):
+    """A heal: vLLM read the request and ended without an answer (the watchdog ended a frozen
+    rank's vLLM). The door sends it again, whole, to the next vLLM: its body came after its
+    headers, and it is larger than HAProxy's 16 KiB default buffer, and neither stops that."""
+    url, socket, vllm = door
+    vllm.start()
+    seen_up(socket)
+    (tmp_path / "frozen").write_text("")
+    body = json.dumps({"prompt": "x" * size}).encode()
+    results: list = []
+    thread = threading.Thread(target=post_in_two_parts, args=(url, body, results))
+    thread.start()
+    vllm.process.wait(timeout=10)  # it took the request and ended under it
+    (tmp_path / "frozen").unlink()
+    vllm.start()
+    thread.join(timeout=30)
+    assert results == [(200, hashlib.sha256(body).hexdigest())]
 
 
 def test_without_a_door_the_stop_runs_alone_and_keeps_its_status(tmp_path):
