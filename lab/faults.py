@@ -3,6 +3,7 @@ real Sparks. `python -m lab up` starts from the factory state, so none outlives 
 
 from __future__ import annotations
 
+import re
 import time
 
 from lab import hardware, hwsync, network, nodes
@@ -56,8 +57,15 @@ VLLM_PROCESSES = "vllm serve|VLLM::"  # launch.sh's exec'd `vllm serve` and what
 
 def freeze(node: Node) -> None:
     """Every vLLM process of the node stopped (SIGSTOP), its watchdog left running: a rank that
-    lives and holds its sockets but computes nothing, as a hung GPU leaves it."""
-    in_node(node.dir, "pkill", "-STOP", "-f", VLLM_PROCESSES)
+    lives and holds its sockets but computes nothing, as a hung GPU leaves it. Stopped again
+    until none runs: one forked while the first signals went out would carry on."""
+    for _ in range(20):
+        in_node(node.dir, "pkill", "-STOP", "-f", VLLM_PROCESSES)
+        states = in_node(node.dir, "ps", "-eo", "stat=,args=", capture_output=True).stdout.splitlines()
+        if all(line.split()[0][0] in "TZ" for line in states if re.search(VLLM_PROCESSES, line)):
+            return
+        time.sleep(0.1)
+    raise AssertionError(f"{node.hostname}: a vLLM process still runs after SIGSTOP")
 
 
 def restart_docker(node: Node) -> None:
