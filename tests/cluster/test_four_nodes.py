@@ -2,9 +2,10 @@
 converges them to one TP=4 vLLM serving through the head's API and the printed tunnel, a second
 run changes nothing, the head's Prometheus scrapes every node's exporter over the fabric, a
 switch port left at auto-negotiation (100G) is a verification FAIL with its fix and is seen in
-Prometheus's rule, and each single fault (a worker's or the head's vLLM killed, a worker's Docker
-restarted, a worker stopped and started, a worker's vLLM frozen) heals with no one touching
-anything (the times printed)."""
+Prometheus's rule, a profile switch there and back fails no request at the front door, and each
+single fault (a worker's or the head's vLLM killed, a worker's Docker restarted, a worker
+stopped and started, a worker's vLLM frozen) heals with no one touching anything (the times
+printed)."""
 
 import re
 import time
@@ -20,6 +21,7 @@ from site_config import load_site
 from tests.cluster.conftest import MEASURED, NODES
 from tests.e2e.conftest import SITE, healed_after, pyinfra, reboot
 from tests.e2e.test_10_converge import changed_operations
+from tests.e2e.test_40_serving import change_through_the_door, held_not_failed
 
 pytestmark = pytest.mark.end_to_end
 ANSWER = "Hi, this is the tiny spark model."  # lab/tiny_model.py
@@ -101,6 +103,19 @@ def test_a_switch_port_at_100g_fails_verification_with_the_fix_and_shows_in_prom
     assert not re.search(r"spark-(head|worker[13])\s+rail \d \S+ link\s+FAIL", result.stdout), result.stdout
     put_right = pyinfra("-y", task="tasks/verify.py")
     assert put_right.returncode == 0, put_right.stdout
+
+
+def test_a_profile_switch_and_back_fails_no_request_at_the_door(clients, tunnel):
+    """The front door on four nodes: a probe every half second and a long streamed request
+    through it while tasks/profile.py switches every rank to fast, then back to adaptive. No
+    request fails; the longest wait is printed."""
+    out, _, _ = clients
+    key = (out / "api-key").read_text().strip()
+    for profile in ("fast", "adaptive"):
+        result, probe, stream = change_through_the_door(tunnel, key, "-y", "--data", f"profile={profile}", task="tasks/profile.py")
+        assert result.returncode == 0, result.stdout
+        held_not_failed(f"profile {profile} (4 nodes)", result, probe, stream)
+        MEASURED[f"profile switch to {profile} -> longest wait at the door"] = f"{probe.longest_wait():.1f} s"
 
 
 FAULTS = {  # by rank: the head is 0; each fault on another worker
