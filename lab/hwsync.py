@@ -1,8 +1,9 @@
 """Keeps a node's emulated ConnectX-7 RDMA sysfs tree in step with its netdevs, as the
 mlx5 driver does: port ACTIVE/LinkUp while the netdev is up (unless a fault forces it DOWN),
 a GID table whose IPv4-mapped entries exist only while the netdev has that IPv4 address, and
-the port's counters (port_xmit_data and port_rcv_data count 4-byte words) from the netdev's own:
-the lab's traffic is TCP over the veth, where a Spark's NCCL traffic is RoCE.
+the port's counters, which stay at 0: the lab's traffic is TCP over the veth and none of it
+would be RDMA on a Spark (the lab's CPU vLLM talks gloo over sockets), so no count of it may
+pass for RoCE traffic.
 
 Run inside the node's network namespace: python3 -m lab.hwsync NODE_DIR
 NODE_DIR/ib is the tree bind-mounted at /sys/class/infiniband; NODE_DIR/faults holds
@@ -67,16 +68,11 @@ def sync(node_dir: Path) -> None:
         up = netdev.get("operstate") == "UP" and not forced_down
         write(port / "state", "4: ACTIVE\n" if up else "1: DOWN\n")
         write(port / "phys_state", "5: LinkUp\n" if up else "3: Disabled\n")
-        stats = netdev.get("stats64", {})
         counters = port / "counters"
         counters.mkdir(exist_ok=True)
-        for name, value in (("port_xmit_data", stats.get("tx", {}).get("bytes", 0) // 4),
-                            ("port_rcv_data", stats.get("rx", {}).get("bytes", 0) // 4),
-                            ("port_xmit_packets", stats.get("tx", {}).get("packets", 0)),
-                            ("port_rcv_packets", stats.get("rx", {}).get("packets", 0)),
-                            ("port_rcv_errors", stats.get("rx", {}).get("errors", 0)),
-                            ("symbol_error", 0), ("link_downed", 0), ("port_xmit_discards", stats.get("tx", {}).get("dropped", 0))):
-            write(counters / name, f"{value}\n")
+        for name in ("port_xmit_data", "port_rcv_data", "port_xmit_packets", "port_rcv_packets", "port_rcv_errors",
+                     "symbol_error", "link_downed", "port_xmit_discards"):
+            write(counters / name, "0\n")
         table = gid_table(netdev)
         for slot in range(GID_SLOTS):
             gid, kind = table[slot] if slot < len(table) else (EMPTY_GID, "")
