@@ -287,12 +287,15 @@ def defaults_read_once(monkeypatch):
     monkeypatch.setattr(serving_data, "defaults", lambda: pickle.loads(serving_read))
 
 
-def outcome(document: dict, overrides: dict | None = None) -> str | None:
-    """None when valid, else the message; anything but SiteError fails the test."""
+def outcome(document: dict, overrides: dict | None = None, setting: str | None = None, value=None) -> str | None:
+    """None when valid, else the message; anything but SiteError fails the test. A ``setting``
+    taken must reach the typed site as given: a value is refused naming it, or it is what runs."""
     try:
-        load(document, overrides)
+        site = load(document, overrides)
     except SiteError as error:
         return str(error)
+    if setting is not None:
+        assert getattr(site.settings, setting) == value, (setting, value, getattr(site.settings, setting))
     return None
 
 
@@ -300,7 +303,7 @@ def outcome(document: dict, overrides: dict | None = None) -> str | None:
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=VALUES)
 def test_any_value_of_any_key_is_refused_naming_it_or_accepted(defaults_read_once, place, field, value):
-    message = outcome(with_(place, value))
+    message = outcome(with_(place, value), None, *((place.removeprefix("settings."), value) if place.startswith("settings.") else ()))
     if message is not None:
         key = field.rsplit(".", 1)[-1]
         assert any(line.startswith("  - ") and key in line for line in message.splitlines()[1:]), message
@@ -310,7 +313,7 @@ def test_any_value_of_any_key_is_refused_naming_it_or_accepted(defaults_read_onc
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=VALUES)
 def test_any_override_is_refused_naming_it_or_accepted(defaults_read_once, key, value):
-    message = outcome(GOOD, {key: value})
+    message = outcome(GOOD, {key: value}, key, value)
     if message is not None:
         assert f"- --data {key}" in message, message
 
