@@ -47,6 +47,9 @@ class Node:
         return [str(rail.address.ip) for rail in self.rails]
 
 
+HEAL_FACTOR = 1.5  # a heal is expected within this many times the head's last measured start, plus heal_margin_seconds
+
+
 @dataclass(frozen=True)
 class Settings:
     """The effective settings: group_data/all.py's defaults < the site's [settings] < --data,
@@ -101,6 +104,7 @@ class Settings:
     prometheus_retention_gib: int
     node_exporter_port: int
     metrics_interval_seconds: int
+    heal_margin_seconds: int
     grafana_image: str
     grafana_port: int
 

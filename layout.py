@@ -32,6 +32,9 @@ RUN_DIR = "/run/dual-spark"  # staging, gone at a reboot
 RECORDS = ("served", "rollback")
 STACK_FILES = ("compose.yaml", "launch.sh")  # in stack_dir: a node's stack
 RECORD_STATE = "state.json"
+# In paths()["serving"] on the head: the mark of a deploy's planned work (files/dual_spark/planned.py),
+# there while a run stops and starts serving; the collector exports it, the alerts wait for it.
+PLANNED_WORK = "planned-work"
 
 # Inside a container: what compose mounts where, and what launch.sh calls (the programs' archive
 # also in the hub fetch's container).
@@ -159,6 +162,7 @@ def paths(state_dir: str, model_dir: str) -> dict[str, str]:
     return {
         "programs": f"{state_dir}/bin/dual-spark.pyz",  # files/dual_spark as one zipapp (programs.py)
         "serving": f"{state_dir}/serving",  # the watchdogs' backoff records
+        "planned": f"{state_dir}/serving/{PLANNED_WORK}",
         "manifest": f"{model_dir}/{MANIFEST}",
         "api_key": f"{state_dir}/{API_KEY}",  # the deploy's own key: vLLM's, and the front door's "deploy" client
         "clients": f"{state_dir}/clients",  # NAME.key of each [client.NAME], the deploy user's, mode 600

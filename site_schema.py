@@ -672,6 +672,7 @@ SETTINGS = {
     "prometheus_retention_gib": positive(1024, "cap the samples at 1 to 1024 GiB (8 by default): Prometheus drops the oldest beyond it"),
     "node_exporter_port": daemon_port("the node exporter"),
     "metrics_interval_seconds": Key(int, "use a whole number", between(5, 300, "scrape every 5 to 300 seconds (15 by default)")),
+    "heal_margin_seconds": positive(86_400, "allow a heal 1 to 86400 seconds beyond 1.5 times the last start (120 by default)"),
     "grafana_image": text(lambda v: None if v == "" or DIGEST_REF.fullmatch(v) else
                           "pin Grafana by digest, e.g. grafana/grafana-oss@sha256:<64 hex> (docker buildx imagetools inspect "
                           "grafana/grafana-oss:TAG shows it), or \"\" for no Grafana"),

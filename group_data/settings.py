@@ -94,6 +94,9 @@ prometheus_retention_days = 15  # samples older than this are dropped...
 prometheus_retention_gib = 8  # ...and the oldest too once the store is this big: it never fills the disk
 node_exporter_port = 9100  # on each node's rail 0 address, never the management LAN
 metrics_interval_seconds = 15  # how often Prometheus scrapes and the collector reads
+# A heal is expected to serve within 1.5 times the head's last measured start plus this margin (the
+# watchdog's detection and a container's restart): DualSparkApiDown warns until then, pages after
+heal_margin_seconds = 120
 # Grafana on the head, on loopback, from an image pinned by digest (registry/name@sha256:<64 hex>),
 # with the deploy's dashboards; "": no Grafana (the dashboards are in files/observability/dashboards/)
 grafana_image = ""

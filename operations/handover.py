@@ -152,7 +152,15 @@ def way_back(stacks: list[StackSettings], readings: list[dict], cluster: str, na
 
 
 def served_or_rolled_back(state, host, probe: StringCommand, wait: int, what: str, node_names: list[str], backoff: list[tuple[str, str]],
-                          recorded: StringCommand, back: list[StringCommand] | None, back_what: str) -> bool:
+                          recorded: StringCommand, back: list[StringCommand] | None, back_what: str, done: StringCommand) -> bool:
+    """``handed_over``, then ``done`` (the end of the planned work the head's drained stop marked),
+    whichever way it went."""
+    served = handed_over(state, host, probe, wait, what, node_names, backoff, recorded, back, back_what)
+    return streamed(state, host, done) and served
+
+
+def handed_over(state, host, probe: StringCommand, wait: int, what: str, node_names: list[str], backoff: list[tuple[str, str]],
+                recorded: StringCommand, back: list[StringCommand] | None, back_what: str) -> bool:
     """Wait for the first token; once it comes, record the state that serves. When none comes,
     run ``back`` (the state that served before, on every node) and wait for it in turn; the step
     fails either way, saying what failed and where the cluster is."""

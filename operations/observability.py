@@ -19,7 +19,7 @@ import yaml
 from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
 
-from cluster import Cluster
+from cluster import HEAL_FACTOR, Cluster
 from facts.observability import CONFIG_FILES, ObservabilityState
 from layout import (
     COLLECTOR_STATE,
@@ -108,15 +108,20 @@ def prometheus_config(cluster: Cluster) -> str:
 
 def rule_files(cluster: Cluster) -> dict[str, str]:
     """recording.yml and alerts.yml of the cluster, rendered from templates/observability/."""
-    return rules_for(cluster.settings.metrics_interval_seconds, cluster.settings.expected_link_speed_mbps)
+    settings = cluster.settings
+    return rules_for(settings.metrics_interval_seconds, settings.expected_link_speed_mbps, settings.heal_margin_seconds,
+                     settings.serving_ready_timeout)
 
 
-def rules_for(interval: int, expected_link_speed_mbps: int) -> dict[str, str]:
-    """recording.yml and alerts.yml for a scrape ``interval`` in seconds."""
+def rules_for(interval: int, expected_link_speed_mbps: int, heal_margin_seconds: int, ready_timeout: int) -> dict[str, str]:
+    """recording.yml and alerts.yml for a scrape ``interval`` in seconds; a heal expected within
+    HEAL_FACTOR times the head's last measured start plus ``heal_margin_seconds``, or within
+    ``ready_timeout`` (the deploy's own bound for a start) while no start was measured."""
     # the node exporter's `file` label of the collector's textfile: its name, or its path (node exporter 1.6 on)
     textfile = f"({re.escape(TEXTFILE_DIR + '/')})?{re.escape(posixpath.basename(TEXTFILE))}"
     values = {"interval": interval, "window": window(interval), "jobs": SCRAPE_JOBS, "expected_link_speed_mbps": expected_link_speed_mbps,
-              "textfile": textfile, "textfile_dir": TEXTFILE_DIR}
+              "textfile": textfile, "textfile_dir": TEXTFILE_DIR, "heal_factor": HEAL_FACTOR, "heal_margin": heal_margin_seconds,
+              "ready_timeout": ready_timeout}
     return {name: render(f"observability/{name}.j2", **values) for name in ("recording.yml", "alerts.yml")}
 
 
@@ -159,9 +164,10 @@ def observability_settings(cluster: Cluster, hostname: str) -> ObservabilitySett
     files = {
         UNIT_FILES["node_exporter"]: render("observability/node-exporter.conf.j2", address=node.fabric_addresses[0],
                                             port=settings.node_exporter_port, textfile_dir=TEXTFILE_DIR),
-        UNIT_FILES["collector"]: render("observability/dual-spark-metrics.service.j2", interval=interval, digest=digest("metrics.py", "atomic.py")[:16],
+        UNIT_FILES["collector"]: render("observability/dual-spark-metrics.service.j2", interval=interval, digest=digest("metrics.py", "atomic.py", "planned.py")[:16],
                                         programs=where["programs"], textfile=TEXTFILE, role=node.role,
-                                        watchdog_state=f"{where['serving']}/{node.role}-starts", stack_dir=settings.stack_dir,
+                                        watchdog_state=f"{where['serving']}/{node.role}-starts", planned=where["planned"],
+                                        stack_dir=settings.stack_dir,
                                         state=COLLECTOR_STATE, model_dir=settings.model_dir, user=COLLECTOR_USER, rails=node.rail_data,
                                         textfile_dir=TEXTFILE_DIR),
     }

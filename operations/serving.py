@@ -39,6 +39,7 @@ from operations.stack import (
     cache_kept,
     compose,
     drained_stop,
+    planned_done,
     stack_settings,
 )
 from operations.upload import upload
@@ -227,4 +228,4 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
         back, back_what = way_back(stacks, readings, cluster, "served") if rollback else (None, "rollback_on_failure is false")
         yield FunctionCommand(served_or_rolled_back, (
             probe(settings), int(ready_timeout), f"serving {settings.model.served_name} (profile {settings.profile_name})",
-            [node.hostname for node in stacks], starts(stacks), recording(stacks, states), back, back_what), {})
+            [node.hostname for node in stacks], starts(stacks), recording(stacks, states), back, back_what, planned_done(settings)), {})

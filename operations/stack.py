@@ -23,6 +23,7 @@ from layout import (
     DOOR,
     IN_CONTAINER,
     LABELS,
+    PLANNED_WORK,
     RECORDS,
     STACK_FILES,
     STOP_TIMEOUT,
@@ -293,7 +294,21 @@ def stop(stack_dir: str) -> StringCommand:
 
 
 def drained_stop(settings: StackSettings) -> StringCommand:
-    """The head's stop for a planned change: the front door holds new requests and lets those in
-    flight finish (up to door_drain_seconds) before vLLM stops, then takes them to the next one."""
-    return StringCommand("python3", QuoteString(settings.programs), "door", "stop", "--socket", DOOR["socket"], "--drain",
+    """The head's stop for a planned change: planned work is marked first (it lapses after the drain,
+    a change's wait for its first token and its rollback's, and a minute, if no end comes); the front
+    door holds new requests and lets those in flight finish (up to door_drain_seconds) before vLLM
+    stops, then takes them to the next one."""
+    lapses = settings.door_drain_seconds + 2 * settings.ready_timeout + 60
+    return StringCommand("python3", QuoteString(settings.programs), "planned", "begin", "--file", QuoteString(planned_file(settings)),
+                         "--seconds", str(lapses), "--what", QuoteString("a deploy run stops and starts serving"), "&&",
+                         "python3", QuoteString(settings.programs), "door", "stop", "--socket", DOOR["socket"], "--drain",
                          str(settings.door_drain_seconds), "--", stop(settings.stack_dir))
+
+
+def planned_file(settings: StackSettings) -> str:
+    return f"{settings.restarts_dir}/{PLANNED_WORK}"
+
+
+def planned_done(settings: StackSettings) -> StringCommand:
+    """The end of the planned work drained_stop marked: the head serves again, or the run gave up."""
+    return StringCommand("python3", QuoteString(settings.programs), "planned", "end", "--file", QuoteString(planned_file(settings)))

@@ -172,6 +172,8 @@ def serving(minutes: int = 20) -> list[dict]:
                    s("dual_spark_watchdog_failed_starts", {**target, "role": "head" if node is HEAD else "worker"}, f"0x{steps}"),
                    s("dual_spark_watchdog_starts_total", {**target, "role": "head" if node is HEAD else "worker"}, f"1x{steps}"),
                    s("dual_spark_vllm_container_restarts_total", {**target, "role": "head" if node is HEAD else "worker"}, f"0x{steps}")]
+        if node is HEAD:  # the head's last start served 90 s after it began: a heal is expected within 1.5 x 90 + 120 = 255 s
+            series.append(s("dual_spark_vllm_last_start_seconds", {**target, "role": "head"}, f"90x{steps}"))
         for rail, netdev in enumerate(("enp1s0f0np0", "enP2p1s0f0np0")):
             labels = {**target, "rail": str(rail), "netdev": netdev}
             series += [s("dual_spark_rail_up", labels, f"1x{steps}"), s("dual_spark_rail_present", labels, f"1x{steps}"),
@@ -244,13 +246,60 @@ HELD = replaced(
     s("haproxy_backend_current_sessions", BACKEND, "2x20 8x19 2x39"),
     s("haproxy_backend_max_connect_time_seconds", BACKEND, "0.001x40 300x39"),
 )
+# A long prompt prefilled from 10:00: no token and no prompt counted yet, the KV cache filling chunk by chunk.
+PREFILL = replaced(serving(), s("vllm:generation_tokens_total", engine_labels(), "0+400x40 16000x40"),
+                   s("vllm:kv_cache_usage_perc", engine_labels(), "0.3x40 0.3+0.005x39"))
+PLANNED = {**HEAD, "job": "node", "instance": "x:9100"}
+
+
+def planned(values: str) -> dict:
+    """The head's mark of planned work, as its collector exports it: when it stops counting."""
+    return s("dual_spark_planned_work_expires_seconds", PLANNED, values)
+
+
+def api_down(severity: str, value: str) -> dict:
+    return {**HEAD, "severity": severity, "$value": value}
+
+
+# A profile switch of seven minutes: the run marks planned work at 4:45 (for 40 min, unless it ends),
+# stops the head's vLLM at 5:00 (its series end, the door holds the requests), its first start fails
+# twice (the deploy had removed the record, so no measured start until it serves), and it serves again
+# at 12:00; the run removes its mark after 12:15.
+PLANNED_RESTART = replaced(
+    cut(HELD, {**MODEL, "job": "vllm"}, after=19),
+    s("up", VLLM, "1x19 0x28 1x32"),
+    planned("_x19 2685x30 stale"),
+    s("dual_spark_watchdog_failed_starts", {**PLANNED, "role": "head"}, "0x19 stale _x3 0x8 1x8 2x8 0x32"),
+    s("dual_spark_vllm_last_start_seconds", {**PLANNED, "role": "head"}, "90x19 stale _x27 420x32"),
+    s("vllm:num_requests_running", engine_labels(), "2x19 stale _x27 2x32"),
+    s("vllm:generation_tokens_total", engine_labels(), "0+400x19 stale _x27 0+400x32"),
+)
 FAULTS = {
     "a healthy cluster": (serving(), {}),
+    # The worker's vLLM killed at 10:00 heals by 12:30: a warning while within its expected time.
     "a killed worker": (KILLED_WORKER, {
-        "DualSparkApiDown": ([9, 10.5, 14, 16], [(12, [VLLM])]),
+        "DualSparkApiDown": ([9, 10.5, 14, 16], [(12, [api_down("warning", "1m 30s")])]),
     }),
     "an engine that hangs": (HUNG, {
-        "DualSparkNotGenerating": ([9, 12], [(14, [MODEL])]),
+        "DualSparkNotGenerating": ([9, 12], [(14, [{**MODEL, "$value": "2"}])]),
+    }),
+    "a long prefill with no token yet": (PREFILL, {"DualSparkNotGenerating": (TIMES, [])}),
+    "a planned restart of seven minutes": (PLANNED_RESTART, {
+        "DualSparkApiDown": (TIMES, []), "DualSparkNotGenerating": (TIMES, []), "DualSparkWatchdogRestartLoop": (TIMES, []),
+        "DualSparkDoorRefusing": (TIMES, []),
+    }),
+    # The head's vLLM down from 5:00 to 8:00, well within the 255 s a heal is expected to take.
+    "a heal within its expected time": (replaced(serving(), s("up", VLLM, "1x19 0x12 1x48")), {
+        "DualSparkApiDown": ([5, 8.5, 9, 10, 16], [(6, [api_down("warning", "1m 15s")]), (7, [api_down("warning", "2m 15s")])]),
+    }),
+    # The head's vLLM down from 5:00 for good: a warning until 255 s, then a page.
+    "a heal past its expected time": (replaced(serving(), s("up", VLLM, "1x19 0x60")), {
+        "DualSparkApiDown": ([5], [(6, [api_down("warning", "1m 15s")]), (9, [api_down("warning", "4m 15s")]),
+                                   (10, [api_down("critical", "5m 15s")]), (16, [api_down("critical", "11m 15s")])]),
+    }),
+    # A run that died at 5:00 with vLLM stopped: its mark stops counting at 7:00, and the alerts come.
+    "a planned mark left by a run that died": (replaced(serving(), s("up", VLLM, "1x19 0x60"), planned("_x19 420x60")), {
+        "DualSparkApiDown": ([5, 6, 7], [(8.5, [api_down("warning", "3m 45s")]), (10, [api_down("critical", "5m 15s")])]),
     }),
     "a rail at 100G": (replaced(serving(), s("dual_spark_rail_speed_mbps", {**WORKER, "job": "node", "instance": "x:9100", "rail": "1",
                                                                             "netdev": "enP2p1s0f0np0"}, "200000x20 100000x60")), {
@@ -375,24 +424,33 @@ QUIET = [6, 11, 16]  # when every alert a fault does not name must be silent (be
 
 def alert_tests(alert_rules: dict, faults: tuple[str, ...] = tuple(FAULTS)) -> dict:
     """promtool's test file: for each fault, every alert silent or firing at every time listed."""
-    alerts = {rule["alert"]: rule for group in alert_rules["groups"] for rule in group["rules"]}
+    alerts: dict[str, list[dict]] = {}
+    for group in alert_rules["groups"]:
+        for rule in group["rules"]:
+            alerts.setdefault(rule["alert"], []).append(rule)
     tests = []
     for fault in faults:
         series, expected = FAULTS[fault]
         assert set(expected) <= set(alerts), fault
         cases = []
         for time in TIMES:
-            for name, alert in alerts.items():
+            for name, same in alerts.items():
                 silent, firing = expected.get(name, (QUIET, []))
                 fires = next((labels for at, labels in firing if at == time), None)
                 if fires is None and time not in silent:
                     continue
-                exp = [{"exp_labels": {**{k: v for k, v in labels.items() if k != "$value"}, **alert.get("labels", {})},
-                        "exp_annotations": annotations(alert, labels)}
-                       for labels in fires or []]
+                exp = [expected_alert(same, labels) for labels in fires or []]
                 cases.append({"eval_time": f"{int(time * 60)}s", "alertname": name, "exp_alerts": exp})
         tests.append({"name": fault, "interval": f"{INTERVAL}s", "input_series": series, "alert_rule_test": cases})
     return {"rule_files": ["recording.yml", "alerts.yml"], "evaluation_interval": f"{INTERVAL}s", "tests": tests}
+
+
+def expected_alert(same: list[dict], labels: dict) -> dict:
+    """The alert promtool must find: of the rules of one name (one per severity), the one whose
+    severity ``labels`` names (or the only one), with its labels and annotations filled."""
+    rule = next(rule for rule in same if labels.get("severity", rule["labels"]["severity"]) == rule["labels"]["severity"])
+    return {"exp_labels": {**{k: v for k, v in labels.items() if k != "$value"}, **rule.get("labels", {})},
+            "exp_annotations": annotations(rule, labels)}
 
 
 def recording_tests() -> dict:

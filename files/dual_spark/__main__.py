@@ -9,6 +9,7 @@
     stack     the states that served: one recorded, one restored and started
     smoke     a runtime image's smoke test on this node: `import vllm`, its result recorded
     door      the front door's side of a planned stop: vLLM drained, stopped, made ready
+    planned   a deploy's planned work marked on the head while it stops or restarts serving
 
 `PROGRAM --help` tells each one's arguments.
 """
@@ -20,7 +21,8 @@ import os
 import sys
 
 PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "watchdog": "watchdog", "metrics": "metrics",
-            "stack": "stack", "smoke": "smoke", "door": "door"}
+            "stack": "stack", "smoke": "smoke", "door": "door",
+            "planned": "planned"}
 
 
 def main() -> None:

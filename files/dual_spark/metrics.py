@@ -2,14 +2,15 @@
 read back for `tasks/status.py`.
 
     metrics collect --out FILE --role ROLE --watchdog-state FILE --stack-dir DIR --state FILE
-                    --model-dir DIR [--rail NETDEV,RDMA ...] [--interval SECONDS] [--once]
+                    --model-dir DIR [--planned FILE] [--rail NETDEV,RDMA ...] [--interval SECONDS] [--once]
         Every --interval seconds, write FILE (atomically: a temporary file beside it, renamed):
         each GPU nvidia-smi lists, its power, temperature, SM clock and utilisation and the
         slowdowns it reports (a GB10 reads [N/A] for its memory, so the unified memory comes from
         /proc/meminfo's MemAvailable), the mount point holding the model store (as the node
         exporter names it), each rail's link state, speed, MTU and byte and error counters (the
         netdev's and, where sysfs has them, its RDMA port's), the watchdog's backoff record (with
-        the restarts of the vLLM container it counts) and the starts seen in it, and the state that
+        the restarts of the vLLM container it counts and the last start's time to serve) and the
+        starts seen in it, the deploy's mark of planned work (--planned), and the state that
         serves (profile, image, model revision) as an info metric. A reading that fails is left
         out, never guessed; dual_spark_collector_errors says which. Its own record (--state) that
         it cannot use is set aside, never a reason to stop. It runs as a user of its own: it reads
@@ -37,6 +38,7 @@ import urllib.parse
 import urllib.request
 from pathlib import Path
 
+from . import planned
 from .atomic import write_atomically
 
 GPU_FIELDS = ("index", "name", "power.draw", "temperature.gpu", "clocks.sm", "utilization.gpu")
@@ -289,14 +291,18 @@ def count(value) -> int | None:
 
 def watchdog_record(text: str | None) -> dict | None:
     """The watchdog's backoff record (watchdog.py's `{role}-starts`): {"failed_starts", "healthy",
-    "restarts"}, restarts None where the record has no count of them."""
+    "restarts", "last_start_seconds"}, restarts None where the record has no count of them, the
+    last start's time to serve None where none was measured (a worker's, or no start served yet)."""
     try:
         record = json.loads(text or "")
     except ValueError:
         return None
     if not isinstance(record, dict) or count(record.get("failed_starts")) is None or not isinstance(record.get("healthy"), bool):
         return None
-    return {"failed_starts": record["failed_starts"], "healthy": record["healthy"], "restarts": count(record.get("restarts"))}
+    took = record.get("last_start_seconds")
+    took = float(took) if isinstance(took, (int, float)) and not isinstance(took, bool) and math.isfinite(took) and took >= 0 else None
+    return {"failed_starts": record["failed_starts"], "healthy": record["healthy"], "restarts": count(record.get("restarts")),
+            "last_start_seconds": took}
 
 
 def starts_seen(previous: dict, record: dict | None, mtime: float | None) -> dict:
@@ -367,6 +373,15 @@ def collect(args, state: dict) -> tuple[str, dict]:
     if record is not None and record["restarts"] is not None:
         metrics.add("dual_spark_vllm_container_restarts_total", "counter",
                     "Docker's restarts of the vLLM container (a deploy's change makes a new one, from 0).", role, record["restarts"])
+    if record is not None:
+        metrics.add("dual_spark_vllm_last_start_seconds", "gauge", "How long the last start that served took, from the watchdog's start.",
+                    role, record["last_start_seconds"])
+    mark = planned.read(Path(args.planned)) if args.planned else None
+    if mark is not None:
+        metrics.add("dual_spark_planned_work_started_seconds", "gauge", "When the deploy's planned work began (this node's clock).", {},
+                    mark["since"])
+        metrics.add("dual_spark_planned_work_expires_seconds", "gauge", "When the mark of planned work stops counting if no end comes.",
+                    {}, mark["until"])
     served = served_labels(read_file(Path(args.stack_dir) / "served/state.json"))
     if served is not None:
         metrics.add("dual_spark_serving_info", "gauge", "The state that serves, as the last first token recorded it.", served, 1.0)
@@ -479,6 +494,7 @@ def main(argv: list[str], prog: str) -> None:
     c.add_argument("--stack-dir", required=True, help="where served/state.json is")
     c.add_argument("--state", required=True, help="this collector's own record (the starts it has seen)")
     c.add_argument("--model-dir", required=True, help="the model store, whose file system the node exporter watches")
+    c.add_argument("--planned", help="the mark of a deploy's planned work (planned.py), exported while there is one")
     c.add_argument("--rail", action="append", default=[], help="NETDEV,RDMA of each rail, rail 0 first")
     c.add_argument("--interval", type=float, default=15)
     c.add_argument("--once", action="store_true")

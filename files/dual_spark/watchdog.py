@@ -41,7 +41,8 @@ Every status endpoint listens on the node's own fabric address only and carries 
                                              (waits before a start when the last ones never served,
                                              and counts this container's restarts into FILE)
     watchdog check --ip RAIL_IP --port P     (Docker's health check: is this side serving?)
-    watchdog status --ip RAIL_IP --port P --state FILE   (one JSON line, for `tasks/status.py`)
+    watchdog status --ip RAIL_IP --port P --state FILE [--planned FILE]
+                                             (one JSON line, for `tasks/status.py`)
 """
 
 from __future__ import annotations
@@ -57,6 +58,8 @@ import urllib.request
 import uuid
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
+
+from . import planned
 
 FAILURES_TO_RESTART = 2
 WORKER_SILENCE = 5  # unanswered polls of a worker's watchdog, about 1 s apart
@@ -260,8 +263,9 @@ def head(args) -> None:
             if not served:
                 served = True
                 serving.set()
-                log(f"serving after {time.monotonic() - started:.0f} s")
-                healthy(args.state)
+                took = time.monotonic() - started
+                log(f"serving after {took:.0f} s")
+                healthy(args.state, took)
             status.update(state="serving")
         elif served and before is not None and work is not None and work != before:
             failures = 0
@@ -331,9 +335,11 @@ def last_record(state: Path) -> dict:
     return last if isinstance(last, dict) else {}
 
 
-def healthy(state: str) -> None:
-    """This run served (or joined): the next start owes no backoff."""
-    record(Path(state), **{**last_record(Path(state)), "failed_starts": 0, "healthy": True})
+def healthy(state: str, took: float | None = None) -> None:
+    """This run served (or joined): the next start owes no backoff. The head records how long its
+    start took to serve (``took`` seconds), from which a heal's expected time is judged."""
+    measured = {"last_start_seconds": round(took, 1)} if took is not None else {}
+    record(Path(state), **{**last_record(Path(state)), "failed_starts": 0, "healthy": True, **measured})
 
 
 def restarted(starts: Path) -> int:
@@ -352,11 +358,12 @@ def restarted(starts: Path) -> int:
 def backoff(args) -> None:
     """A side that keeps failing to come up waits longer before each start (10 s, doubling, at
     most 5 min), so it does not hammer the other; a run that served resets it. Restarts the
-    watchdog asks for after a healthy run start at once."""
+    watchdog asks for after a healthy run start at once. The last start's measured time is kept."""
     state = Path(args.state)
     last = last_record(state) or {"failed_starts": 0, "healthy": True}
     failed = 0 if last.get("healthy") else last.get("failed_starts", 0) + 1
-    record(state, failed_starts=failed, healthy=False, restarts=restarted(Path(args.container_starts)))
+    measured = {"last_start_seconds": last["last_start_seconds"]} if "last_start_seconds" in last else {}
+    record(state, failed_starts=failed, healthy=False, restarts=restarted(Path(args.container_starts)), **measured)
     if failed:
         delay = min(300, 10 * 2 ** (failed - 1))
         log(f"the last {failed} start(s) never served: waiting {delay} s before starting again")
@@ -369,12 +376,14 @@ def check(args) -> None:
 
 
 def status(args) -> None:
-    """This side's live state (None when no watchdog answers) and its backoff record."""
+    """This side's live state (None when no watchdog answers), its backoff record, and the planned
+    work marked on it (planned.py's, judged by this node's clock; None without a mark)."""
     try:
         starts = json.loads(Path(args.state).read_text())
     except (OSError, ValueError):
         starts = None
-    print(json.dumps({"live": peer_status(args.ip, args.port), "starts": starts}))
+    work = planned.reading(Path(args.planned), time.time()) if args.planned else None
+    print(json.dumps({"live": peer_status(args.ip, args.port), "starts": starts, "planned": work}))
 
 
 def main(argv: list[str], prog: str) -> None:
@@ -417,6 +426,7 @@ def main(argv: list[str], prog: str) -> None:
     s.add_argument("--ip", required=True)
     s.add_argument("--port", type=int, required=True)
     s.add_argument("--state", required=True)
+    s.add_argument("--planned", help="the mark of planned work (planned.py), on the head")
     args = parser.parse_args(argv)
     {"head": head, "worker": worker, "wait-for-worker": wait_for_worker, "wait-for-head": wait_for_head, "backoff": backoff, "check": check,
      "status": status}[args.command](args)

@@ -128,10 +128,13 @@ def test_a_rail_that_is_down_or_missing_reads_as_such(tmp_path):
 
 
 @pytest.mark.parametrize("text, record", [
-    ('{"failed_starts": 0, "healthy": true}', {"failed_starts": 0, "healthy": True, "restarts": None}),
-    ('{"failed_starts": 3, "healthy": false, "restarts": 4}', {"failed_starts": 3, "healthy": False, "restarts": 4}),
-    ('{"failed_starts": 0, "healthy": true, "restarts": -1}', {"failed_starts": 0, "healthy": True, "restarts": None}),
-    ('{"failed_starts": 0, "healthy": true, "restarts": true}', {"failed_starts": 0, "healthy": True, "restarts": None}),
+    ('{"failed_starts": 0, "healthy": true}', {"failed_starts": 0, "healthy": True, "restarts": None, "last_start_seconds": None}),
+    ('{"failed_starts": 3, "healthy": false, "restarts": 4, "last_start_seconds": 412.5}',
+     {"failed_starts": 3, "healthy": False, "restarts": 4, "last_start_seconds": 412.5}),
+    ('{"failed_starts": 0, "healthy": true, "restarts": -1, "last_start_seconds": "90"}',
+     {"failed_starts": 0, "healthy": True, "restarts": None, "last_start_seconds": None}),
+    ('{"failed_starts": 0, "healthy": true, "restarts": true, "last_start_seconds": -3}',
+     {"failed_starts": 0, "healthy": True, "restarts": None, "last_start_seconds": None}),
     ("", None), ("{", None), ('["x"]', None), ('{"failed_starts": "2", "healthy": false}', None), (None, None),
     ('{"failed_starts": -1, "healthy": false}', None),
 ])
@@ -204,11 +207,13 @@ def test_the_textfile_of_a_converged_head_holds_every_reading(tmp_path):
     (tmp_path / "proc/meminfo").write_text(MEMINFO)
     (tmp_path / "proc/1/mountinfo").write_text(MOUNTINFO)
     (tmp_path / "serving").mkdir()
-    (tmp_path / "serving/head-starts").write_text('{"failed_starts": 2, "healthy": false, "restarts": 3}')
+    (tmp_path / "serving/head-starts").write_text('{"failed_starts": 2, "healthy": false, "restarts": 3, "last_start_seconds": 412.5}')
+    (tmp_path / "serving/planned-work").write_text('{"since": 1764590400, "until": 1764592200.5, "what": "profile fast"}')
     (tmp_path / "stack/served").mkdir(parents=True)
     (tmp_path / "stack/served/state.json").write_text(json.dumps({"profile": "fast", "image": "img:1", "model": {"path": "/srv/m"},
                                                                   "model_digest": "abc"}) + "\n")
-    text = collect(tmp_path, GB10, "--rail", "enp1s0f0np0,rocep1s0f0", "--rail", "enP2p1s0f0np0,roceP2p1s0f0", events=HOT)
+    text = collect(tmp_path, GB10, "--rail", "enp1s0f0np0,rocep1s0f0", "--rail", "enP2p1s0f0np0,roceP2p1s0f0",
+                   "--planned", str(tmp_path / "serving/planned-work"), events=HOT)
     promtool("check", "metrics", stdin=text)
     for sample in ['dual_spark_gpu_info{gpu="0",name="NVIDIA GB10"} 1', 'dual_spark_gpu_power_watts{gpu="0",name="NVIDIA GB10"} 4.31',
                    'dual_spark_gpu_slowdown_active{gpu="0",name="NVIDIA GB10",reason="hw_thermal_slowdown"} 1',
@@ -221,7 +226,8 @@ def test_the_textfile_of_a_converged_head_holds_every_reading(tmp_path):
                    'dual_spark_rail_transmit_bytes_total{rail="0",netdev="enp1s0f0np0",path="rdma",port="1"} 1000',
                    'dual_spark_rail_roce_port_active{rail="0",netdev="enp1s0f0np0",rdma="rocep1s0f0",port="1"} 1',
                    'dual_spark_watchdog_failed_starts{role="head"} 2', 'dual_spark_watchdog_serving{role="head"} 0',
-                   'dual_spark_vllm_container_restarts_total{role="head"} 3',
+                   'dual_spark_vllm_container_restarts_total{role="head"} 3', 'dual_spark_vllm_last_start_seconds{role="head"} 412.5',
+                   "dual_spark_planned_work_started_seconds 1764590400", "dual_spark_planned_work_expires_seconds 1764592200.5",
                    'dual_spark_serving_info{profile="fast",image="img:1",image_id="",model="/srv/m",revision="",model_digest="abc",since=""} 1']:
         assert sample + "\n" in text, sample
     assert "dual_spark_collector_errors" not in text
@@ -237,7 +243,7 @@ def test_a_node_with_nothing_to_read_still_writes_a_valid_file(tmp_path):
     assert "dual_spark_vllm_container_restarts_total" not in text
     assert 'dual_spark_rail_present{rail="0",netdev="enp1s0f0np0"} 0' in text
     assert "dual_spark_gpu_power_watts" not in text and "dual_spark_watchdog_failed_starts" not in text
-    assert "dual_spark_serving_info" not in text
+    assert "dual_spark_serving_info" not in text and "dual_spark_planned_work" not in text
 
 
 def test_a_failing_nvidia_smi_is_named_not_read(tmp_path):

@@ -145,7 +145,8 @@ def head_watchdog(vllm, tmp_path):
 
 def test_the_head_ends_vllm_after_two_probes_without_token_or_work(head_watchdog, vllm):
     api, port, process, tmp_path = head_watchdog
-    assert json.loads((tmp_path / "head-starts").read_text()) == {"failed_starts": 0, "healthy": True}
+    record = json.loads((tmp_path / "head-starts").read_text())
+    assert record.pop("last_start_seconds") < 5 and record == {"failed_starts": 0, "healthy": True}  # its start, measured
     api.mode = "dead"
     assert wait_for(lambda: vllm.poll() is not None), "vLLM was left running with a dead rank"
     process.wait(timeout=10)
@@ -410,3 +411,47 @@ def test_backoff_counts_the_restarts_of_one_container_and_serving_keeps_the_coun
     assert start(layer)["restarts"] == 2
     healthy(str(state))
     assert start(tmp_path / "new-layer")["restarts"] == 0  # a new container
+
+
+def test_a_start_measured_is_kept_through_the_starts_after_it(tmp_path):
+    """The head's start that served says how long it took; a start after it (a heal, a failed
+    one) keeps that measure, from which a heal's expected time is judged, and the next that serves
+    replaces it."""
+    state = tmp_path / "head-starts"
+
+    def start() -> dict:
+        subprocess.run([sys.executable, str(ARCHIVE), "watchdog", "backoff", "--state", str(state),
+                        "--container-starts", str(tmp_path / "starts")], check=True, timeout=30)
+        return json.loads(state.read_text())
+
+    start()
+    healthy(str(state), 412.04)
+    assert start() == {"failed_starts": 0, "healthy": False, "restarts": 1, "last_start_seconds": 412.0}
+    healthy(str(state), 380)
+    assert json.loads(state.read_text())["last_start_seconds"] == 380
+
+
+def test_the_status_says_the_planned_work_marked_and_when_it_stops_counting(tmp_path):
+    """`watchdog status --planned`: the deploy's mark (planned.py) judged by this node's clock:
+    in force while the run holds it; one past its end is shown, not in force; none is None."""
+    mark, port = tmp_path / "planned-work", str(free_port())
+
+    def planned() -> dict | None:
+        done = subprocess.run([sys.executable, str(ARCHIVE), "watchdog", "status", "--ip", "127.0.0.1", "--port", port, "--state",
+                               str(tmp_path / "head-starts"), "--planned", str(mark)], check=True, timeout=30, capture_output=True, text=True)
+        return json.loads(done.stdout)["planned"]
+
+    def run(*args: str) -> None:
+        subprocess.run([sys.executable, str(ARCHIVE), "planned", *args, "--file", str(mark)], check=True, timeout=30)
+
+    assert planned() is None
+    run("begin", "--seconds", "600", "--what", "profile fast")
+    first = planned()
+    assert first["in_force"] and first["what"] == "profile fast" and 0 <= first["age_seconds"] <= 5
+    assert 595 <= first["until"] - time.time() <= 600
+    run("begin", "--seconds", "900", "--what", "rollback")  # extended: it keeps its start
+    assert planned()["since"] == first["since"] and planned()["what"] == "rollback"
+    mark.write_text(json.dumps({**first, "until": time.time() - 1}))  # a run that died: its mark expired
+    assert planned()["in_force"] is False
+    run("end")
+    assert planned() is None and not mark.exists()

@@ -50,7 +50,7 @@ def command(directory: Path, port: int) -> list[str]:
 def prometheus(vllm_server, tmp_path_factory):
     """Prometheus's URL, its rules the deploy's, scraping the test's vLLM as the deploy's scrapes the head's."""
     directory = tmp_path_factory.mktemp("prometheus")
-    for name, text in rules_for(INTERVAL, 200000).items():
+    for name, text in rules_for(INTERVAL, 200000, 120, 1800).items():
         (directory / name).write_text(text)
     target = vllm_server.removeprefix("http://")
     config = {"global": {"scrape_interval": f"{INTERVAL}s", "evaluation_interval": f"{INTERVAL}s"},
@@ -117,7 +117,7 @@ def served(vllm_server, prometheus):
 
 
 def recorded(kind: str) -> list[str]:
-    groups = yaml.safe_load(rules_for(INTERVAL, 200000)["recording.yml"])["groups"]
+    groups = yaml.safe_load(rules_for(INTERVAL, 200000, 120, 1800)["recording.yml"])["groups"]
     return [rule["record"] for group in groups if group["name"] == kind for rule in group["rules"]]
 
 
@@ -152,7 +152,7 @@ def test_every_query_of_every_vllm_dashboard_panel_returns_data(served):
 def test_every_vllm_name_used_is_in_the_live_metrics(vllm_server):
     live = {line.split("{")[0].split(" ")[0] for line in requests.get(f"{vllm_server}/metrics", timeout=10).text.splitlines()
             if line and not line.startswith("#")}
-    used = set(VLLM_NAME.findall(json.dumps(rules_for(INTERVAL, 200000)))) | set(VLLM_NAME.findall(json.dumps(dashboards())))
+    used = set(VLLM_NAME.findall(json.dumps(rules_for(INTERVAL, 200000, 120, 1800)))) | set(VLLM_NAME.findall(json.dumps(dashboards())))
     assert used and used <= live, used - live
 
 
