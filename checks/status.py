@@ -3,18 +3,20 @@ node that fails shows the last lines of its log."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from datetime import datetime
 
 from checks import FAIL, PASS, WARN, Check
 from checks.fabric import link_check, roce_check
 from checks.node import NVML_FIXES
-from cluster import Cluster, Profile
+from cluster import HEAL_FACTOR, Cluster, Profile
 from layout import CONTAINER
 from states import described
 
 LOGS = f"docker logs --tail 100 {CONTAINER}"
 UP = ("serving", "busy", "joined")  # the watchdog states of a side that serves
 HEALS = "the watchdogs restart the cluster on their own (workers first); if it persists, run the deploy"
+SERVING_ROWS = ("vLLM container", "watchdog", "API", "front door")  # what a planned restart or a heal takes down for a while
 
 
 def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None]) -> list[Check]:
@@ -32,6 +34,7 @@ def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None])
         checks += record_rows(name, mine)
         if mine.get("prometheus") is not None:
             checks += prometheus_rows(name, mine["prometheus"])
+    checks = expected(checks, head, cluster)
     checks.append(memory_row(name, mine["memory"]))
     configured = {rail["netdev"] for rail in node.rail_data}
     rdma = mine["rdma"]["devices"]
@@ -45,22 +48,59 @@ def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None])
     return checks
 
 
+def expected(checks: list[Check], head: dict | None, cluster: Cluster) -> list[Check]:
+    """The serving rows that fail while serving is down on purpose or for a while it is expected
+    to be, as warnings that say so: a deploy run's planned work (the mark the head's stop wrote),
+    or a heal within its expected time (the head's container up for less than HEAL_FACTOR times
+    the last start that served, plus heal_margin_seconds, and not in a loop of starts that never
+    serve)."""
+    why = planned_work(head) or healing(head, cluster)
+    if why is None:
+        return checks
+    return [replace(check, status=WARN, detail=f"{why}: {check.detail}") if check.status == FAIL and check.item in SERVING_ROWS else check
+            for check in checks]
+
+
+def planned_work(head: dict | None) -> str | None:
+    work = ((head or {}).get("watchdog") or {}).get("planned")
+    if not work or not work.get("in_force"):
+        return None
+    return f"planned work ({work['what']}, for {work['age_seconds']} s)"
+
+
+def healing(head: dict | None, cluster: Cluster) -> str | None:
+    if not head or (head["api"] or {}).get("ok") or not head["container"] or head["container"]["status"] != "running":
+        return None
+    starts = (head["watchdog"] or {}).get("starts") or {}
+    took, up = starts.get("last_start_seconds"), seconds_between(head["container"]["started"], head["now"])
+    if not isinstance(took, (int, float)) or up is None or starts.get("failed_starts", 0) >= 2:  # a loop is no heal
+        return None
+    bound = HEAL_FACTOR * took + cluster.settings.heal_margin_seconds
+    return f"a heal within its expected time (the head up {up} s of {bound:.0f} s: its last start took {took:.0f} s)" if up <= bound else None
+
+
 def mine_profile(reading: dict, cluster: Cluster) -> str:
     """The profile the container runs (its label), else the configured one."""
     running = (reading["container"] or {}).get("profile")
     return running if running in cluster.profiles else cluster.profile_name
 
 
-def uptime(since: str, now: str | None) -> str:
-    """'3h 12m' between two of Docker's RFC 3339 times (nanoseconds and all)."""
+def seconds_between(since: str, now: str | None) -> int | None:
+    """Whole seconds between two of Docker's RFC 3339 times (nanoseconds and all); None if unknown."""
     def parse(text: str) -> datetime:
         return datetime.fromisoformat(text[:19] + "+00:00")
 
     try:
         seconds = int((parse(now) - parse(since)).total_seconds()) if now else None
     except ValueError:
-        seconds = None
-    if seconds is None or seconds < 0:
+        return None
+    return seconds if seconds is not None and seconds >= 0 else None
+
+
+def uptime(since: str, now: str | None) -> str:
+    """'3h 12m' between two of Docker's RFC 3339 times."""
+    seconds = seconds_between(since, now)
+    if seconds is None:
         return f"since {since[:19]}Z"
     days, rest = divmod(seconds, 86400)
     hours, rest = divmod(rest, 3600)

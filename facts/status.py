@@ -21,6 +21,7 @@ RATES_WINDOW = 300  # seconds of the recording rules the status shows: the last 
 class Watchdog(TypedDict):
     live: dict | None
     starts: dict | None
+    planned: dict | None  # planned work marked on the head (files/dual_spark/planned.py's reading)
     unreadable: list[str]
 
 
@@ -43,7 +44,8 @@ class ServingStatus(FactBase[Status]):
     """
     ``now`` is the node's clock (UTC), against which the container's start reads as an uptime;
     ``watchdog`` what `watchdog status` (of the ``programs`` archive) printed: the live state on the
-    fabric (None when none answers) and the backoff record; ``log`` the container's last
+    fabric (None when none answers), the backoff record and, where ``planned`` names its file (the
+    head), the planned work a deploy run marked; ``log`` the container's last
     ``log_lines`` lines; ``api`` (on the head, where ``api`` names the URL and key file) what
     `health --metrics` read; ``records`` the states that served, recorded in ``stack_dir``
     (ServingState's); ``prometheus`` (on the head, where ``prometheus`` names its URL) what
@@ -55,7 +57,8 @@ class ServingStatus(FactBase[Status]):
 
         {"now": "2026-11-29T21:40:02Z", "container": {...ServingState's...},
          "watchdog": {"live": {"role": "head", "session": "9f2c...", "state": "serving", "joined": None},
-                      "starts": {"failed_starts": 0, "healthy": True}, "unreadable": []},
+                      "starts": {"failed_starts": 0, "healthy": True, "last_start_seconds": 41.0}, "planned": None,
+                      "unreadable": []},
          "log": ["(APIServer pid=1) INFO ..."], "memory": {...GpuMemory...}, "links": {...NetLinks...},
          "rdma": {...RdmaDevices...}, "api": {"ok": True, "model": "tiny", "max_model_len": 512, "metrics": {"spec": {"drafts": 40, ...}, ...}, ...},
          "records": {"served": {...}, "rollback": None},
@@ -66,17 +69,17 @@ class ServingStatus(FactBase[Status]):
 
     @staticmethod
     def default() -> Status:
-        return {"now": None, "container": None, "watchdog": {"live": None, "starts": None, "unreadable": []}, "log": [],
+        return {"now": None, "container": None, "watchdog": {"live": None, "starts": None, "planned": None, "unreadable": []}, "log": [],
                 "memory": GpuMemory.default(), "links": NetLinks.default(),
                 "rdma": RdmaDevices.default(), "api": None, "records": {"served": None, "rollback": None}, "prometheus": None,
                 "door": None, "unreadable": []}
 
     def command(self, programs: str, rail_ip: str, port: int, state_file: str, log_lines: int, stack_dir: str,
-                api: dict | None = None, prometheus: str | None = None, door: str | None = None) -> StringCommand:
+                api: dict | None = None, prometheus: str | None = None, door: str | None = None, planned: str | None = None) -> StringCommand:
         background = {
             "container": container_command(),
             "watchdog": StringCommand("python3", QuoteString(programs), "watchdog", "status", "--ip", rail_ip, "--port", str(port),
-                                      "--state", QuoteString(state_file), "2>&1"),
+                                      "--state", QuoteString(state_file), *(("--planned", QuoteString(planned)) if planned else ()), "2>&1"),
             "log": StringCommand("docker", "logs", "--tail", str(log_lines), CONTAINER, "2>&1", "|", "tail", "-n", str(log_lines)),
             "memory": GpuMemory().command(),
         }
@@ -129,9 +132,9 @@ def watchdog_reading(lines: list[str]) -> Watchdog:
     found = [line for line in lines if line.strip()]
     try:
         value = json.loads(found[-1])
-        return {"live": value["live"], "starts": value["starts"], "unreadable": []}
+        return {"live": value["live"], "starts": value["starts"], "planned": value.get("planned"), "unreadable": []}
     except (ValueError, IndexError, KeyError, TypeError):
-        return {"live": None, "starts": None, "unreadable": found}
+        return {"live": None, "starts": None, "planned": None, "unreadable": found}
 
 
 def door_reading(lines: list[str]) -> dict:

@@ -1,6 +1,8 @@
 """The status rules as pure functions of ServingStatus readings: which side a failure names, what
 the uptime and acceptance rows say, and that a failing side brings its log lines."""
 
+from datetime import datetime, timedelta
+
 from checks import FAIL, PASS, WARN
 from checks.status import status_checks, uptime
 from checks.table import render
@@ -224,3 +226,44 @@ def test_the_front_door_says_what_it_holds_and_fails_when_clients_reach_nothing(
     assert rows(reading("head", door={**DOOR, "status": "MAINT"}), reading("worker"))["spark-head", "front door"].status == FAIL
     down = rows(reading("head", door={**DOOR, "health": "DOWN"}), reading("worker"))["spark-head", "front door"]
     assert down.status == WARN and down.detail.startswith("vLLM is down at the door's health check: new requests wait")
+
+
+DOWN = {"ok": False, "model": None, "max_model_len": None, "error": "no answer at http://127.0.0.1:8889", "metrics": None}
+MARK = {"since": 1796337000.0, "until": 1796341260.0, "what": "a deploy run stops and starts serving", "age_seconds": 42, "in_force": True}
+
+
+def restarted_head(seconds_ago: int, starts: dict, planned: dict | None = None) -> dict:
+    """The head's vLLM started ``seconds_ago`` and not serving yet; its worker's container restarting."""
+    head = reading("head", health="starting", live={"role": "head", "session": SESSION, "state": "loading", "joined": None}, api=DOWN)
+    started = datetime.fromisoformat(head["now"].replace("Z", "+00:00")) - timedelta(seconds=seconds_ago)
+    head["container"] = {**head["container"], "started": started.strftime("%Y-%m-%dT%H:%M:%S.000000Z")}
+    head["watchdog"] = {**ok(live=head["watchdog"]["live"], starts=starts), "planned": planned}
+    return head
+
+
+def test_planned_work_turns_the_serving_rows_to_warnings_that_say_so_and_nothing_else():
+    """A deploy run's stop marked planned work on the head: what it takes down warns, naming it;
+    a GPU that fails still fails."""
+    head = restarted_head(30, {"failed_starts": 0, "healthy": False}, MARK)
+    worker = reading("worker", state="restarting", watchdog=ok(live=None, starts=None))
+    found = rows(head, worker)
+    for node, item in (("spark-head", "API"), ("spark-worker", "vLLM container"), ("spark-worker", "watchdog")):
+        assert found[node, item].status == WARN, found[node, item]
+        assert found[node, item].detail.startswith("planned work (a deploy run stops and starts serving, for 42 s): ")
+    unmarked = rows(restarted_head(30, {"failed_starts": 0, "healthy": False}, {**MARK, "in_force": False}), worker)
+    assert unmarked["spark-head", "API"].status == FAIL and unmarked["spark-worker", "vLLM container"].status == FAIL
+    broken = {**worker, "memory": {**worker["memory"], "nvidia_smi": "Unable to determine the device handle for GPU0"}}
+    assert rows(head, broken)["spark-worker", "GPU memory"].status == FAIL
+
+
+def test_a_heal_warns_within_its_expected_time_and_fails_past_it_or_in_a_loop():
+    """Expected: 1.5 times the last start that served, plus heal_margin_seconds (120 by default)."""
+    within = rows(restarted_head(150, {"failed_starts": 0, "healthy": False, "last_start_seconds": 40.0}), reading("worker"))
+    assert within["spark-head", "API"].status == WARN
+    assert within["spark-head", "API"].detail.startswith("a heal within its expected time (the head up 150 s of 180 s: its last start took 40 s)")
+    past = rows(restarted_head(190, {"failed_starts": 0, "healthy": False, "last_start_seconds": 40.0}), reading("worker"))
+    assert past["spark-head", "API"].status == FAIL
+    loop = rows(restarted_head(30, {"failed_starts": 2, "healthy": False, "last_start_seconds": 40.0}), reading("worker"))
+    assert loop["spark-head", "API"].status == FAIL
+    unmeasured = rows(restarted_head(30, {"failed_starts": 0, "healthy": False}), reading("worker"))
+    assert unmeasured["spark-head", "API"].status == FAIL
