@@ -105,6 +105,11 @@ class Settings:
     node_exporter_port: int
     metrics_interval_seconds: int
     heal_margin_seconds: int
+    slo_error_ratio: float  # the share of requests that may fail
+    slo_ttft_seconds: float  # a bucket bound of vLLM's TTFT histogram
+    slo_ttft_target: float  # the share of requests owed a first token within it
+    slo_itl_seconds: float  # a bucket bound of vLLM's inter-token latency histogram
+    slo_itl_target: float  # the share of tokens owed within it of the one before
     grafana_image: str
     grafana_port: int
 

@@ -116,6 +116,11 @@ DOOR = {
     "backend_map": "/etc/haproxy/dual-spark/backend.map",  # the key the door hands vLLM
 }
 SCRAPE_JOBS = {"vllm": "vllm", "node": "node", "prometheus": "prometheus", "door": "door"}
+# The bucket bounds of vLLM's latency histograms (its /metrics, vLLM 0.32): an objective's bound is
+# one of them, so that the share of requests within it is read from one bucket, never guessed.
+TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0,
+                640.0, 2560.0)
+ITL_BUCKETS = (0.01, 0.025, 0.05, 0.075, 0.1, 0.15, 0.2, 0.3, 0.4, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0)
 GRAFANA_PROJECT = "dual-spark-grafana"
 GRAFANA_DATASOURCE_UID = "dual-spark-prometheus"
 

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from urllib.parse import urlsplit
 
-from layout import VLLM_FLAG_ALIASES, VLLM_FLAG_PREFIXES, VLLM_FLAGS
+from layout import ITL_BUCKETS, TTFT_BUCKETS, VLLM_FLAG_ALIASES, VLLM_FLAG_PREFIXES, VLLM_FLAGS
 
 CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 ENV_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_]*")
@@ -533,6 +533,11 @@ def positive(high: int, fix: str) -> Key:
     return Key(int, "use a whole number", between(1, high, fix))
 
 
+def bucket_bound(bounds: tuple[float, ...], histogram: str) -> Rule:
+    """An objective's bound: one of the bucket bounds of vLLM's histogram of ``histogram``."""
+    return lambda value: None if value in bounds else f"use a bucket bound of vLLM's {histogram} histogram: {', '.join(map(str, bounds))} (seconds)"
+
+
 def port() -> Key:
     return Key(int, "use a whole number", between(1, 65535, "use a TCP port between 1 and 65535"))
 
@@ -673,6 +678,12 @@ SETTINGS = {
     "node_exporter_port": daemon_port("the node exporter"),
     "metrics_interval_seconds": Key(int, "use a whole number", between(5, 300, "scrape every 5 to 300 seconds (15 by default)")),
     "heal_margin_seconds": positive(86_400, "allow a heal 1 to 86400 seconds beyond 1.5 times the last start (120 by default)"),
+    # The fastest burn the alerts page on is 14.4 times the budget: a budget above 1/14.4 could never page.
+    "slo_error_ratio": Key(float, "use a number", between(0.0001, 0.05, "allow 0.0001 to 0.05 of requests to fail (0.01 by default)")),
+    "slo_ttft_seconds": Key(float, "use a number", bucket_bound(TTFT_BUCKETS, "time to first token")),
+    "slo_ttft_target": Key(float, "use a number", between(0.95, 0.9999, "owe 0.95 to 0.9999 of requests their first token in time (0.95 by default)")),
+    "slo_itl_seconds": Key(float, "use a number", bucket_bound(ITL_BUCKETS, "inter-token latency")),
+    "slo_itl_target": Key(float, "use a number", between(0.95, 0.9999, "owe 0.95 to 0.9999 of tokens their time (0.95 by default)")),
     "grafana_image": text(lambda v: None if v == "" or DIGEST_REF.fullmatch(v) else
                           "pin Grafana by digest, e.g. grafana/grafana-oss@sha256:<64 hex> (docker buildx imagetools inspect "
                           "grafana/grafana-oss:TAG shows it), or \"\" for no Grafana"),

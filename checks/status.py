@@ -279,7 +279,7 @@ PROMETHEUS_FIX = ("the deploy starts it (tasks/observability.py); `systemctl sta
 
 def prometheus_rows(name: str, prometheus: dict) -> list[Check]:
     """The head's Prometheus: the last five minutes of the recording rules, and the alerts pending
-    or firing (a critical one firing fails the status)."""
+    or firing (a critical one firing fails the status); DualSparkHeartbeat (severity none) is no trouble."""
     if not prometheus.get("ok"):
         return [Check(name, "metrics (Prometheus)", WARN, prometheus.get("error") or "Prometheus did not answer", PROMETHEUS_FIX)]
     means: dict[str, float] = {}
@@ -290,8 +290,9 @@ def prometheus_rows(name: str, prometheus: dict) -> list[Check]:
     parts = [text.format(means[rule]) for rule, text in RATES if rule in means]
     detail = ", ".join(parts).replace(", (p95", " (p95") if parts else "no request in that time"
     checks = [Check(name, f"metrics (last {minutes} min)", PASS, detail)]
-    firing = [alert for alert in prometheus["alerts"] if alert["state"] == "firing"]
-    pending = [alert for alert in prometheus["alerts"] if alert["state"] == "pending"]
+    trouble = [alert for alert in prometheus["alerts"] if alert["labels"].get("severity") != "none"]  # not the heartbeat
+    firing = [alert for alert in trouble if alert["state"] == "firing"]
+    pending = [alert for alert in trouble if alert["state"] == "pending"]
     if not firing:
         checks.append(Check(name, "alerts", PASS, "none firing" + (f"; pending: {alert_names(pending)}" if pending else "")))
     else:

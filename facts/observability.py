@@ -13,7 +13,7 @@ from facts.units import Service, units_command, units_read
 from layout import COLLECTOR_USER, GRAFANA_PROJECT, PROMETHEUS_DIR, TEXTFILE_DIR, UNIT_FILES, UNITS
 
 PACKAGES = {"head": ["prometheus", "prometheus-node-exporter"], "worker": ["prometheus-node-exporter"]}
-CONFIG_FILES = ("prometheus.yml", "recording.yml", "alerts.yml")  # in PROMETHEUS_DIR
+CONFIG_FILES = ("prometheus.yml", "recording.yml", "alerts.yml", "objectives.yml")  # in PROMETHEUS_DIR
 GRAFANA_CONTAINER = GRAFANA_PROJECT
 
 

@@ -97,6 +97,13 @@ metrics_interval_seconds = 15  # how often Prometheus scrapes and the collector 
 # A heal is expected to serve within 1.5 times the head's last measured start plus this margin (the
 # watchdog's detection and a container's restart): DualSparkApiDown warns until then, pages after
 heal_margin_seconds = 120
+# Objectives (docs/observability.md#objectives): what clients are owed, each watched by burn-rate
+# alerts over windows from five minutes to three days. A bound is one of vLLM's bucket bounds.
+slo_error_ratio = 0.01  # at most this share of requests fail (a 5xx from the door, or vLLM ending one in error)
+slo_ttft_seconds = 10.0  # the first token within this long...
+slo_ttft_target = 0.95  # ...for at least this share of requests
+slo_itl_seconds = 0.2  # each next token within this long of the one before...
+slo_itl_target = 0.95  # ...for at least this share of tokens
 # Grafana on the head, on loopback, from an image pinned by digest (registry/name@sha256:<64 hex>),
 # with the deploy's dashboards; "": no Grafana (the dashboards are in files/observability/dashboards/)
 grafana_image = ""

@@ -51,7 +51,8 @@ DASHBOARDS = REPO / "files/observability/dashboards"
 STAGING = f"{RUN_DIR}/prometheus-check"
 GRAFANA_STAGING = f"{RUN_DIR}/grafana-check"
 READY_WAIT = 60  # seconds Prometheus has to answer /-/ready after a (re)start or a reload
-RULES = ("/recording.yml", "/alerts.yml")
+RULE_FILES = ("recording.yml", "alerts.yml", "objectives.yml")
+RULES = tuple(f"/{name}" for name in RULE_FILES)
 HEADER = "# Managed by the dual-spark deploy (tasks/observability.py): edits here are overwritten.\n"
 
 
@@ -86,7 +87,7 @@ def prometheus_config(cluster: Cluster) -> str:
     interval = settings.metrics_interval_seconds
     config = {
         "global": {"scrape_interval": f"{interval}s", "evaluation_interval": f"{interval}s", "scrape_timeout": f"{min(interval, 10)}s"},
-        "rule_files": ["recording.yml", "alerts.yml"],
+        "rule_files": list(RULE_FILES),
         "scrape_configs": [
             {"job_name": SCRAPE_JOBS["prometheus"],
              "static_configs": [{"targets": [f"127.0.0.1:{settings.prometheus_port}"], "labels": {"node": head.hostname}}]},
@@ -107,22 +108,66 @@ def prometheus_config(cluster: Cluster) -> str:
 
 
 def rule_files(cluster: Cluster) -> dict[str, str]:
-    """recording.yml and alerts.yml of the cluster, rendered from templates/observability/."""
+    """The rule files of the cluster (RULE_FILES), rendered from templates/observability/."""
     settings = cluster.settings
     return rules_for(settings.metrics_interval_seconds, settings.expected_link_speed_mbps, settings.heal_margin_seconds,
-                     settings.serving_ready_timeout)
+                     settings.serving_ready_timeout, objectives(settings))
 
 
-def rules_for(interval: int, expected_link_speed_mbps: int, heal_margin_seconds: int, ready_timeout: int) -> dict[str, str]:
-    """recording.yml and alerts.yml for a scrape ``interval`` in seconds; a heal expected within
+def duration(seconds: int) -> str:
+    """Prometheus's shortest spelling of a whole number of seconds: 300 -> 5m, 86400 -> 1d."""
+    for unit, size in (("d", 86400), ("h", 3600), ("m", 60)):
+        if seconds % size == 0:
+            return f"{seconds // size}{unit}"
+    return f"{seconds}s"
+
+
+# The Google SRE workbook's multi-window, multi-burn-rate alerts (chapter 5, "Alerting on SLOs"): the
+# burn rate (how many times faster than the budget allows) over a long window and over a short one,
+# both above the factor. 14.4 over 1 h spends 2% of 30 days' budget; 6 over 6 h, 5%: those page.
+# 3 over 1 d and 1 over 3 d, 10% each: those are tickets.
+BURNS = (("page", 3600, 300, 14.4), ("page", 21600, 1800, 6), ("ticket", 86400, 7200, 3), ("ticket", 259200, 21600, 1))
+
+
+def burn_windows(interval: int) -> dict[str, list[tuple[str, str, float]]]:
+    """Per severity, (long window, short window, factor): each window four scrapes at least."""
+    found: dict[str, list[tuple[str, str, float]]] = {}
+    for kind, long, short, factor in BURNS:
+        found.setdefault(kind, []).append((duration(max(long, 4 * interval)), duration(max(short, 4 * interval)), factor))
+    return found
+
+
+def objectives(settings) -> list[dict]:
+    """The objectives of the site: per objective its name, the budget (the share that may be bad)
+    and what is bad, for templates/observability/objectives.yml.j2."""
+    return [
+        {"name": "errors", "alert": "Error", "title": "error", "budget": settings.slo_error_ratio,
+         "what": f"requests failed (a 5xx from the door, or vLLM ending one in error), where {settings.slo_error_ratio:g} may"},
+        {"name": "ttft_slow", "alert": "Ttft", "title": "time to first token", "histogram": "time_to_first_token_seconds", "budget": round(1 - settings.slo_ttft_target, 6), "bound": repr(float(settings.slo_ttft_seconds)),
+         "what": f"requests waited over {settings.slo_ttft_seconds:g} s for their first token, where {1 - settings.slo_ttft_target:.4g} may"},
+        {"name": "itl_slow", "alert": "Itl", "title": "inter-token latency", "histogram": "inter_token_latency_seconds", "budget": round(1 - settings.slo_itl_target, 6), "bound": repr(float(settings.slo_itl_seconds)),
+         "what": f"tokens came over {settings.slo_itl_seconds:g} s after the one before, where {1 - settings.slo_itl_target:.4g} may"},
+    ]
+
+
+def rules_for(interval: int, expected_link_speed_mbps: int, heal_margin_seconds: int, ready_timeout: int,
+              objectives: list[dict]) -> dict[str, str]:
+    """The rule files (RULE_FILES) for a scrape ``interval`` in seconds; a heal expected within
     HEAL_FACTOR times the head's last measured start plus ``heal_margin_seconds``, or within
     ``ready_timeout`` (the deploy's own bound for a start) while no start was measured."""
     # the node exporter's `file` label of the collector's textfile: its name, or its path (node exporter 1.6 on)
     textfile = f"({re.escape(TEXTFILE_DIR + '/')})?{re.escape(posixpath.basename(TEXTFILE))}"
+    burns = burn_windows(interval)
     values = {"interval": interval, "window": window(interval), "jobs": SCRAPE_JOBS, "expected_link_speed_mbps": expected_link_speed_mbps,
               "textfile": textfile, "textfile_dir": TEXTFILE_DIR, "heal_factor": HEAL_FACTOR, "heal_margin": heal_margin_seconds,
-              "ready_timeout": ready_timeout}
-    return {name: render(f"observability/{name}.j2", **values) for name in ("recording.yml", "alerts.yml")}
+              "ready_timeout": ready_timeout, "objectives": objectives, "burns": burns,
+              "burn_ranges": sorted({w for pairs in burns.values() for pair in pairs for w in pair[:2]}, key=seconds_of)}
+    return {name: render(f"observability/{name}.j2", **values) for name in RULE_FILES}
+
+
+def seconds_of(span: str) -> int:
+    """The seconds of a ``duration``."""
+    return int(span[:-1]) * {"d": 86400, "h": 3600, "m": 60, "s": 1}[span[-1]]
 
 
 def grafana_files(cluster: Cluster, grafana_dir: str) -> dict[str, str]:

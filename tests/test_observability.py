@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from layout import COLLECTOR_USER, GRAFANA_DATASOURCE_UID, PROMETHEUS_DIR, TEXTFILE_DIR, UNIT_FILES
+from layout import COLLECTOR_USER, GRAFANA_DATASOURCE_UID, ITL_BUCKETS, PROMETHEUS_DIR, TEXTFILE_DIR, TTFT_BUCKETS, UNIT_FILES
 from operations.observability import dashboards, grafana_files, observability_settings, rule_files, window
 from tests.fake_host import site
 from tests.observability import promtool, tool
@@ -52,12 +52,12 @@ def rules() -> dict[str, dict]:
 
 
 def recorded_names() -> set[str]:
-    return {rule["record"] for group in rules()["recording.yml"]["groups"] for rule in group["rules"]}
+    return {rule["record"] for file in rules().values() for group in file["groups"] for rule in group["rules"] if "record" in rule}
 
 
 def test_promtool_takes_the_configuration_and_rules_of_a_pair_and_of_four_nodes(rendered):
     output = promtool("check", "config", *(str(path / "prometheus.yml") for path in rendered.values()))
-    assert output.count("SUCCESS: 2 rule files found") == 2
+    assert output.count("SUCCESS: 3 rule files found") == 2
     config = yaml.safe_load((rendered["four"] / "prometheus.yml").read_text())
     nodes = next(job for job in config["scrape_configs"] if job["job_name"] == "node")["static_configs"]
     assert [entry["targets"] for entry in nodes] == [[f"10.0.0.{rank + 1}:9100"] for rank in range(4)]  # rail 0, never the LAN
@@ -274,8 +274,10 @@ PLANNED_RESTART = replaced(
     s("vllm:num_requests_running", engine_labels(), "2x19 stale _x27 2x32"),
     s("vllm:generation_tokens_total", engine_labels(), "0+400x19 stale _x27 0+400x32"),
 )
+# The heartbeat fires at every time of every fault, a healthy cluster's too.
+ALWAYS = {"DualSparkHeartbeat": ([], [(time, [{"$value": "1"}]) for time in TIMES])}
 FAULTS = {
-    "a healthy cluster": (serving(), {}),
+    "a healthy cluster": (serving(), ALWAYS),
     # The worker's vLLM killed at 10:00 heals by 12:30: a warning while within its expected time.
     "a killed worker": (KILLED_WORKER, {
         "DualSparkApiDown": ([9, 10.5, 14, 16], [(12, [api_down("warning", "1m 30s")])]),
@@ -435,7 +437,7 @@ def alert_tests(alert_rules: dict, faults: tuple[str, ...] = tuple(FAULTS)) -> d
         cases = []
         for time in TIMES:
             for name, same in alerts.items():
-                silent, firing = expected.get(name, (QUIET, []))
+                silent, firing = expected.get(name, ALWAYS.get(name, (QUIET, [])))
                 fires = next((labels for at, labels in firing if at == time), None)
                 if fires is None and time not in silent:
                     continue
@@ -560,7 +562,8 @@ def test_a_stale_alert_across_clocks_fails_its_test(rendered, tmp_path):
 def test_every_runbook_is_a_section_of_the_docs_and_shows_the_value():
     """Each alert's runbook_url names a heading of the page it points into (GitHub's anchor of
     it), and the alert's description shows its $value."""
-    alerts = [rule for group in rules()["alerts.yml"]["groups"] for rule in group["rules"] if "runbook_url" in rule["annotations"]]
+    alerts = [rule for file in rules().values() for group in file["groups"] for rule in group["rules"]
+              if "runbook_url" in rule.get("annotations", {})]
     assert len(alerts) >= 10
     for alert in alerts:
         page, _, anchor = alert["annotations"]["runbook_url"].partition("#")
@@ -608,7 +611,7 @@ def test_every_dashboard_query_is_valid_promql_over_the_rules(tmp_path):
             for target in panel["targets"]:
                 assert target["datasource"]["uid"] == GRAFANA_DATASOURCE_UID
                 assert not VLLM_NAME.search(target["expr"]), (name, panel["title"])
-                queries.append(target["expr"].replace("$node", ".+"))
+                queries.append(target["expr"].replace("$node", ".+").replace("$model", ".+"))
     (tmp_path / "queries.yml").write_text(yaml.safe_dump({"groups": [{"name": "dashboards", "rules": [
         {"record": f"dashboard:query_{index}", "expr": query} for index, query in enumerate(queries)]}]}))
     assert f"SUCCESS: {len(queries)} rules found" in promtool("check", "rules", str(tmp_path / "queries.yml"))
@@ -625,3 +628,119 @@ def test_grafana_is_provisioned_with_the_datasource_and_the_dashboards():
     assert stack["environment"]["GF_AUTH_DISABLE_LOGIN_FORM"] == "true" and stack["network_mode"] == "host"
     assert {Path(path).name for path in files if path.endswith(".json")} == set(dashboards())
     assert not any(path.startswith("/etc/dual-spark/grafana") for path in observability_settings(site("pair"), "spark-head").files)
+
+
+OBJECTIVE_STEPS = 600  # two and a half hours of scrapes: long windows need history
+OBJECTIVE_TIMES = [30, 59, 61, 63, 70, 90, 125, 145]  # when the objectives' alerts are judged (minutes)
+ENGINE = {**MODEL, "job": "vllm", "instance": "127.0.0.1:8888", "engine": "0"}
+
+
+def traffic(door_2xx: str = "0+10x600", door_5xx: str = "0+0.02x600", vllm_error: str = "0x600", ttft_fast: str = "0+9.8x600", itl_fast: str = "0+990x600") -> list[dict]:
+    """Ten requests a scrape through the door and into vLLM, a thousand tokens; the counters of the
+    bad ones (and the door's 2xx) as given. By default 0.2% fail, 2% wait over 10 s for a first token, 1% of tokens are late."""
+    every = f"0+10x{OBJECTIVE_STEPS}"
+    return [s("haproxy_frontend_http_responses_total", {**API, "code": "2xx"}, door_2xx),
+            s("haproxy_frontend_http_responses_total", {**API, "code": "5xx"}, door_5xx),
+            s("vllm:request_success_total", {**ENGINE, "finished_reason": "stop"}, every),
+            s("vllm:request_success_total", {**ENGINE, "finished_reason": "error"}, vllm_error),
+            s("vllm:time_to_first_token_seconds_bucket", {**ENGINE, "le": "10.0"}, ttft_fast),
+            s("vllm:time_to_first_token_seconds_count", ENGINE, every),
+            s("vllm:inter_token_latency_seconds_bucket", {**ENGINE, "le": "0.2"}, itl_fast),
+            s("vllm:inter_token_latency_seconds_count", ENGINE, f"0+1000x{OBJECTIVE_STEPS}")]
+
+
+def fired(at: list[int], value: str, labels: dict = HEAD) -> dict:
+    return {time: [{**labels, "$value": value}] for time in at}
+
+
+UNCHECKED = [63, 70, 90, 125, 145]
+# Each case: its series, and per alert the times it fires (with its labels and $value), or None where
+# it may or may not (a long window half over the fault: its value is no round figure). Every other
+# alert of objectives.yml is silent at every time.
+OBJECTIVE_CASES = {
+    "clients served within every objective": (traffic(), {}),
+    "no request at all": ([s(item["series"].split("{")[0], labels_of(item["series"]) | {}, f"0x{OBJECTIVE_STEPS}")
+                           for item in traffic()], {}),
+    # From 60 min the door answers every request 5xx: the page waits until the last hour holds 14.4%
+    # of failures (8.6 min). The ticket fires at once: with an hour of history, a minute of it is
+    # already over the 1% of the last three days (and six hours) that its slower branch allows.
+    "the door refusing every request from the hour": (traffic(door_2xx="0+10x240 2400x359", door_5xx="0x240 10+10x359"), {
+        "DualSparkErrorBudgetBurn": {70: None, 90: None} | fired([125, 145], "100%"),
+        "DualSparkErrorBudgetSlowBurn": dict.fromkeys([61, *UNCHECKED]),
+    }),
+    # Every request of one minute fails: no page (the ticket, as above, sees a minute of an hour's history).
+    "a one-minute burst of failures": (traffic(door_2xx="0+10x240 2400x4 2410+10x354", door_5xx="0x240 10+10x3 40x355"), {
+        "DualSparkErrorBudgetSlowBurn": dict.fromkeys([61, *UNCHECKED]),
+    }),
+    "vLLM ending half its requests in error, inside 200 streams": (traffic(vllm_error="0+10x600"), {
+        "DualSparkErrorBudgetBurn": fired(OBJECTIVE_TIMES, "50%"),
+        "DualSparkErrorBudgetSlowBurn": fired(OBJECTIVE_TIMES, "50%"),
+    }),
+    "a steady 5% failing": (traffic(door_2xx="0+9.5x600", door_5xx="0+0.5x600"), {
+        "DualSparkErrorBudgetSlowBurn": fired(OBJECTIVE_TIMES, "5%"),
+    }),
+    "a fifth of first tokens and of tokens late": (traffic(ttft_fast="0+8x600", itl_fast="0+800x600"), {
+        "DualSparkTtftBudgetSlowBurn": fired(OBJECTIVE_TIMES, "20%", MODEL),
+        "DualSparkItlBudgetSlowBurn": fired(OBJECTIVE_TIMES, "20%", MODEL),
+    }),
+    # From 60 min every first token waits over 10 s and every token is late: the page fires once the
+    # last hour is three quarters late, or the last six hours 30% (90 min); the ticket once the whole
+    # history (under three days) is 5% late, within minutes.
+    "everything late from the hour": (traffic(ttft_fast="0+9.8x240 2352x359", itl_fast="0+990x240 237600x359"), {
+        "DualSparkTtftBudgetBurn": {90: None} | fired([125, 145], "100%", MODEL),
+        "DualSparkItlBudgetBurn": {90: None} | fired([125, 145], "100%", MODEL),
+        "DualSparkTtftBudgetSlowBurn": dict.fromkeys(UNCHECKED),
+        "DualSparkItlBudgetSlowBurn": dict.fromkeys(UNCHECKED),
+    }),
+}
+
+
+def objective_tests(objective_rules: dict) -> dict:
+    """promtool's test file for objectives.yml: every case, every alert judged at every time."""
+    alerts = {rule["alert"]: rule for group in objective_rules["groups"] for rule in group["rules"] if "alert" in rule}
+    tests = []
+    for case, (series, expected) in OBJECTIVE_CASES.items():
+        assert set(expected) <= set(alerts), case
+        cases = []
+        for time in OBJECTIVE_TIMES:
+            for name, alert in alerts.items():
+                firing = expected.get(name, {}).get(time, [])
+                if firing is None:
+                    continue
+                exp = [{"exp_labels": {**{k: v for k, v in labels.items() if k != "$value"}, **alert["labels"]},
+                        "exp_annotations": annotations(alert, labels)} for labels in firing]
+                cases.append({"eval_time": f"{time}m", "alertname": name, "exp_alerts": exp})
+        tests.append({"name": case, "interval": f"{INTERVAL}s", "input_series": series, "alert_rule_test": cases})
+    return {"rule_files": ["objectives.yml"], "evaluation_interval": f"{INTERVAL}s", "tests": tests}
+
+
+def test_every_objective_alert_fires_when_its_budget_burns_and_only_then(rendered):
+    """The burn-rate alerts against clients served well, no traffic, the door refusing everything,
+    a minute's burst (which pages nothing), vLLM's own errors, a steady trickle of failures (a
+    ticket, not a page), and first tokens and tokens late, steadily or all of a sudden."""
+    here = rendered["pair"]
+    objective_rules = yaml.safe_load((here / "objectives.yml").read_text())
+    names = {rule["alert"] for group in objective_rules["groups"] for rule in group["rules"] if "alert" in rule}
+    assert names == {name for _, expected in OBJECTIVE_CASES.values() for name, times in expected.items()
+                     if any(times.values())}, "an objective alert no case fires"
+    (here / "objectives_test.yml").write_text(yaml.safe_dump(objective_tests(objective_rules), sort_keys=False))
+    output = promtool("test", "rules", "objectives_test.yml", cwd=here)
+    assert "SUCCESS" in output, output
+
+
+def test_an_objective_alert_that_stays_silent_fails_its_test(rendered, tmp_path):
+    """The test above can fail: the same cases against rules whose error budget was taken as 10%."""
+    (tmp_path / "objectives.yml").write_text((rendered["pair"] / "objectives.yml").read_text().replace("* 0.01\n", "* 0.1\n"))
+    objective_rules = yaml.safe_load((tmp_path / "objectives.yml").read_text())
+    (tmp_path / "objectives_test.yml").write_text(yaml.safe_dump(objective_tests(objective_rules), sort_keys=False))
+    done = subprocess.run([tool("promtool"), "test", "rules", "objectives_test.yml"], cwd=tmp_path, capture_output=True, text=True)
+    assert done.returncode != 0 and "DualSparkErrorBudgetSlowBurn" in done.stdout + done.stderr
+
+
+def test_an_objective_is_a_bucket_bound_of_the_served_vllm():
+    """The bounds the site may choose are the pinned vLLM's own buckets, and the rule reads that bucket."""
+    for histogram, bounds in (("time_to_first_token_seconds", TTFT_BUCKETS), ("inter_token_latency_seconds", ITL_BUCKETS)):
+        exported = re.findall(rf'^vllm:{histogram}_bucket{{.*le="([^"]+)"', VLLM_METRICS.read_text(), flags=re.M)
+        assert [repr(bound) for bound in bounds] + ["+Inf"] == exported, histogram
+    text = rule_files(site("pair", {"slo_ttft_seconds": 2.5, "slo_itl_seconds": 0.1}))["objectives.yml"]
+    assert 'time_to_first_token_seconds_bucket{le="2.5"}' in text and 'inter_token_latency_seconds_bucket{le="0.1"}' in text

@@ -381,6 +381,10 @@ GRAMMAR_MISTAKES = [
     (with_("settings.door_drain_seconds", 0), "settings.door_drain_seconds", "1 to 86400 seconds"),
     (with_("settings.door_request_kib", 8), "settings.door_request_kib", "use 16 to 65536 KiB"),
     (with_("settings.prometheus_retention_gib", 4096), "settings.prometheus_retention_gib", "1 to 1024 GiB"),
+    (with_("settings.slo_ttft_seconds", 3), "settings.slo_ttft_seconds", "a bucket bound of vLLM's time to first token histogram"),
+    (with_("settings.slo_itl_seconds", 0.12), "settings.slo_itl_seconds", "inter-token latency histogram: 0.01, 0.025"),
+    (with_("settings.slo_error_ratio", 0.1), "settings.slo_error_ratio", "0.0001 to 0.05 of requests"),
+    (with_("settings.slo_ttft_target", 0.9), "settings.slo_ttft_target", "0.95 to 0.9999"),
 ]
 
 

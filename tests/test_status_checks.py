@@ -209,6 +209,14 @@ def test_an_alert_firing_is_named_with_what_it_says():
     assert pending["spark-head", "alerts"].detail == "none firing; pending: DualSparkRailSlow (spark-worker)"
 
 
+def test_the_heartbeat_firing_is_no_trouble():
+    heartbeat = {"name": "DualSparkHeartbeat", "state": "firing", "labels": {"severity": "none"}, "summary": "evaluates"}
+    alerts = rows(reading("head", prometheus={**RATES, "alerts": [heartbeat]}), reading("worker"))["spark-head", "alerts"]
+    assert alerts.status == PASS and alerts.detail == "none firing"
+    both = rows(reading("head", prometheus={**RATES, "alerts": [heartbeat, ALERT]}), reading("worker"))["spark-head", "alerts"]
+    assert both.status == WARN and both.detail == "firing: DualSparkRailSlow (spark-worker)"
+
+
 def test_a_prometheus_that_does_not_answer_is_a_warning_with_its_fix():
     down = {"ok": False, "series": [], "alerts": [], "error": "no answer at http://127.0.0.1:9090: <urlopen error [Errno 111] Connection refused>"}
     row = rows(reading("head", prometheus=down), reading("worker"))["spark-head", "metrics (Prometheus)"]
