@@ -107,12 +107,12 @@ def test_a_switch_port_at_100g_fails_verification_with_the_fix_and_shows_in_prom
 
 def test_a_profile_switch_and_back_fails_no_request_at_the_door(clients, tunnel):
     """The front door on four nodes: a probe every half second and a long streamed request
-    through it while tasks/profile.py switches every rank to fast, then back to adaptive. No
+    through it while the serving step switches every rank to fast, then back to adaptive. No
     request fails; the longest wait is printed."""
     out, _, _ = clients
     key = (out / "api-key").read_text().strip()
     for profile in ("fast", "adaptive"):
-        result, probe, stream = change_through_the_door(tunnel, key, "-y", "--data", f"profile={profile}", task="tasks/profile.py")
+        result, probe, stream = change_through_the_door(tunnel, key, "-y", "--data", f"profile={profile}", task="tasks/serving.py")
         assert result.returncode == 0, result.stdout
         held_not_failed(f"profile {profile} (4 nodes)", result, probe, stream)
         MEASURED[f"profile switch to {profile} -> longest wait at the door"] = f"{probe.longest_wait():.1f} s"
