@@ -19,9 +19,10 @@ HEALS = "the watchdogs restart the cluster on their own (workers first); if it p
 SERVING_ROWS = ("vLLM container", "watchdog", "API", "front door")  # what a planned restart or a heal takes down for a while
 
 
-def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None]) -> list[Check]:
+def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None], excused: bool = True) -> list[Check]:
     """One node's rows; ``readings`` every node's reading by name in rank order, the head first
-    (None for a node that does not answer)."""
+    (None for a node that does not answer). ``excused``: serving rows down for planned work or a
+    heal in its time are warnings (``expected``)."""
     mine = readings[name]
     head = next(iter(readings.values()))
     generating = bool(head and (head["api"] or {}).get("ok"))  # then a watchdog still "waiting" has not looked yet
@@ -34,7 +35,8 @@ def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None])
         checks += record_rows(name, mine)
         if mine.get("prometheus") is not None:
             checks += prometheus_rows(name, mine["prometheus"])
-    checks = expected(checks, head, cluster)
+    if excused:
+        checks = expected(checks, head, cluster)
     checks.append(memory_row(name, mine["memory"]))
     configured = {rail["netdev"] for rail in node.rail_data}
     rdma = mine["rdma"]["devices"]

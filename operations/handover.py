@@ -109,7 +109,7 @@ def first_token(state, host, probe: StringCommand, wait: int, what: str, node_na
         error = f"vLLM ended before it served on {', '.join(failed)}, and Docker started it again; the probe: {error}"
     for line in output.stderr_lines[-10:]:
         host.log(line, logger.error)
-    checks = cluster_status([state.inventory.get_host(name) for name in node_names])
+    checks = cluster_status([state.inventory.get_host(name) for name in node_names], own_work=True)
     click.echo(table.render(checks, "status"))
     host.log(f"{what}: no token after {waited:.1f} s ({error}); failing: {table.failure_summary(checks) or 'no row of the status'}",
              logger.error)

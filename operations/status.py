@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from functools import partial
+
 from pyinfra import inventory
 from pyinfra.api import operation
 
@@ -29,9 +31,11 @@ def read_status(node) -> dict | None:
                          door=DOOR["socket"] if head else None, planned=where["planned"] if head else None, **prometheus)
 
 
-def cluster_status(nodes: list) -> list[Check]:
-    """The status rows of every node, in rank order (all read at the same time)."""
-    return all_checks(nodes, read_status, status_checks)
+def cluster_status(nodes: list, own_work: bool = False) -> list[Check]:
+    """The status rows of every node, in rank order (all read at the same time). A run that
+    itself stops and starts serving (``own_work``) sees its failures as failures: the warnings
+    for planned work and a heal in its time are for everyone else."""
+    return all_checks(nodes, read_status, partial(status_checks, excused=not own_work))
 
 
 @operation()

@@ -275,3 +275,11 @@ def test_a_heal_warns_within_its_expected_time_and_fails_past_it_or_in_a_loop():
     assert loop["spark-head", "API"].status == FAIL
     unmeasured = rows(restarted_head(30, {"failed_starts": 0, "healthy": False}), reading("worker"))
     assert unmeasured["spark-head", "API"].status == FAIL
+
+
+def test_the_run_doing_the_planned_work_sees_its_failures_as_failures():
+    """The run whose change fails reports the rows that fail, its own mark notwithstanding."""
+    head = restarted_head(30, {"failed_starts": 0, "healthy": False}, MARK)
+    readings = {"spark-head": head, "spark-worker": reading("worker", state="restarting", watchdog=ok(live=None, starts=None))}
+    own = {(c.node, c.item): c for name in readings for c in status_checks(name, cluster(2), readings, excused=False)}
+    assert own["spark-head", "API"].status == FAIL and own["spark-worker", "vLLM container"].status == FAIL
