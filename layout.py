@@ -107,13 +107,15 @@ VLLM_HOST = "127.0.0.1"
 DOOR = {
     "unit": "haproxy",
     "package": "haproxy",
-    "dir": "/etc/haproxy/dual-spark",  # haproxy.cfg and hold.lua, the deploy's
-    "files": ("haproxy.cfg", "hold.lua"),
+    "dir": "/etc/haproxy/dual-spark",  # haproxy.cfg and its Lua, the deploy's
+    "files": ("haproxy.cfg", "counts.lua", "hold.lua"),
     "dropin": "/etc/systemd/system/haproxy.service.d/50-dual-spark.conf",
     "socket": "/run/haproxy-dual-spark.sock",  # its runtime API, root's only: the drain before a planned stop
     # root's, mode 600, written on the head from the key files (door keys): never in a diff or a log
     "clients_map": "/etc/haproxy/dual-spark/clients.map",  # each key the door lets in -> its client's name
     "backend_map": "/etc/haproxy/dual-spark/backend.map",  # the key the door hands vLLM
+    # on door_metrics_port beside HAProxy's exporter (/metrics): counts.lua's, held requests and per client
+    "counts_path": "/counts",
 }
 SCRAPE_JOBS = {"vllm": "vllm", "node": "node", "prometheus": "prometheus", "door": "door"}
 # The bucket bounds of vLLM's latency histograms (its /metrics, vLLM 0.32): an objective's bound is

@@ -1,5 +1,5 @@
 """The front door as a reading, in one round trip: its package, the files the deploy writes for
-it (the unit's drop-in, haproxy.cfg and hold.lua), and its service's state."""
+it (the unit's drop-in, haproxy.cfg and its Lua), and its service's state."""
 
 from __future__ import annotations
 

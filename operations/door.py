@@ -1,7 +1,8 @@
 """The front door (docs/front-door.md): the OS's HAProxy on the head, answering clients at
 api_host:api_port, with vLLM behind it on loopback. It holds a request while vLLM is drained for
 a planned stop, tries one again while vLLM takes no connections (a restart, a heal), and exports
-its own metrics on loopback. Its configuration is staged and checked by the real `haproxy -c`
+its own metrics on loopback: HAProxy's, and its Lua's counts of held requests and of each client's
+requests and tokens. Its configuration is staged and checked by the real `haproxy -c`
 before it is installed; a new configuration is reloaded (connections kept), a new drop-in or
 package restarts it."""
 
@@ -26,7 +27,8 @@ from operations.render import render, show_diff, show_line
 from operations.services import installed, running
 from operations.upload import upload
 
-HOLD_LUA = Path(__file__).resolve().parents[1] / "files/door/hold.lua"
+LUA = Path(__file__).resolve().parents[1] / "files/door"
+LUA_WHAT = {"counts.lua": "the door's counts, in Lua", "hold.lua": "the door's hold, in Lua"}  # as a diff names each
 STAGING = f"{RUN_DIR}/door-check"
 
 
@@ -36,8 +38,8 @@ class DoorSettings:
 
     api_host: str
     api_port: int
-    show_program_diffs: bool  # hold.lua's full diff, not one line
-    files: dict[str, str]  # path -> text: the unit's drop-in, haproxy.cfg, hold.lua
+    show_program_diffs: bool  # the Lua's full diff, not one line
+    files: dict[str, str]  # path -> text: the unit's drop-in, haproxy.cfg, counts.lua, hold.lua
     clients: tuple[str, ...]  # the site's [client.NAME]s: each has a key of its own
     clients_dir: str  # their keys on the head, NAME.key
     deploy_key: str  # the deploy's own key (vLLM's), let in as "deploy"
@@ -50,15 +52,15 @@ def door_settings(cluster: Cluster) -> DoorSettings:
     settings = cluster.settings
     config = render("door/haproxy.cfg.j2", api_host=settings.api_host, api_port=settings.api_port, vllm_host=VLLM_HOST,
                     vllm_port=settings.vllm_port, hold=settings.serving_ready_timeout, socket=DOOR["socket"],
-                    metrics_port=settings.door_metrics_port, buffer=settings.door_request_kib * 1024, clients_map=DOOR["clients_map"],
-                    backend_map=DOOR["backend_map"])
+                    metrics_port=settings.door_metrics_port, buffer=settings.door_request_kib * 1024, counts_path=DOOR["counts_path"],
+                    clients=("deploy", *cluster.clients), clients_map=DOOR["clients_map"], backend_map=DOOR["backend_map"])
     where = paths(settings.state_dir, settings.model_dir)
     return DoorSettings(api_host=settings.api_host, api_port=settings.api_port, show_program_diffs=settings.show_program_diffs,
                         clients=cluster.clients, clients_dir=where["clients"], deploy_key=where["api_key"], deploy_user=cluster.deploy_user,
                         state_dir=settings.state_dir, programs=where["programs"], files={
         DOOR["dropin"]: render("door/haproxy.service.conf.j2", dir=DOOR["dir"]),
         f"{DOOR['dir']}/haproxy.cfg": config,
-        f"{DOOR['dir']}/hold.lua": HOLD_LUA.read_text(),
+        **{f"{DOOR['dir']}/{name}": (LUA / name).read_text() for name in DOOR["files"] if name.endswith(".lua")},
     })
 
 
@@ -107,10 +109,11 @@ def differs(text: str, info: dict | None) -> bool:
 def door_running(settings: DoorSettings):
     """
     On the head: HAProxy from the OS's packages as the front door, run by a drop-in of its unit
-    with the deploy's haproxy.cfg and hold.lua (the package's own configuration left as
-    shipped). The drop-in is written before the package is installed; a configuration that
-    changed is staged, checked by `haproxy -c` and installed, then reloaded without dropping a
-    connection; a new drop-in or package restarts it, as does a door that is not running.
+    with the deploy's haproxy.cfg and its Lua, counts.lua and hold.lua (the package's own
+    configuration left as shipped). The drop-in is written before the package is installed; a
+    configuration that changed is staged, checked by `haproxy -c` and installed, then reloaded
+    without dropping a connection; a new drop-in or package restarts it, as does a door that is
+    not running.
 
     + settings: the head's front door (``door_settings``)
 
@@ -136,7 +139,7 @@ def door_running(settings: DoorSettings):
         current = host.get_fact(FileContents, path=path) if exists else None
         refuse_theirs(path, current, files[path]["owner"] if exists else None)
         if path.endswith(".lua"):
-            show_changed(path, settings.files[path], files.get(path), "the door's hold, in Lua", settings.show_program_diffs)
+            show_changed(path, settings.files[path], files.get(path), LUA_WHAT[Path(path).name], settings.show_program_diffs)
         else:
             show_diff(path, current, settings.files[path])
     if changed:

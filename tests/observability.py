@@ -1,6 +1,6 @@
 """The Prometheus tools the tests run for real: Debian's promtool and prometheus, installed by
 scripts/test (scripts/setup.sh: from Debian's package into the lab's cache, no service started),
-or found on PATH."""
+or found on PATH; and their text format read back."""
 
 from __future__ import annotations
 
@@ -25,3 +25,8 @@ def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> s
     done = subprocess.run([tool("promtool"), *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=120)
     assert done.returncode == 0, f"promtool {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr
+
+
+def samples(text: str) -> dict[str, float]:
+    """Prometheus's text format: each series, as written, to its value."""
+    return {line.rsplit(" ", 1)[0]: float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line and not line.startswith("#")}

@@ -4,7 +4,7 @@
 -- through the runtime API, files/dual_spark/door.py, waits for the requests in flight, stops
 -- vLLM, then makes it ready again), and while the door's health check sees vLLM down (a heal: an
 -- engine that died answers 503 until its process ends). A request held longer than
--- DUAL_SPARK_HOLD seconds is answered 503.
+-- DUAL_SPARK_HOLD seconds is answered 503. Each hold is counted (counts.lua, loaded first).
 
 local bound = tonumber(os.getenv("DUAL_SPARK_HOLD")) or 1800
 
@@ -16,13 +16,15 @@ end
 
 core.register_action("dual_spark_hold", {"http-req"}, function(txn)
   local server, health = core.backends["vllm"].servers["vllm"], core.backends["vllm_health"].servers["vllm"]
-  local start = core.now()
+  if not held(server, health) then return end
+  local hold, start = door_counts.hold_begins(), core.now()
   while held(server, health) do
-    local now = core.now()
-    if now.sec - start.sec >= bound then
+    if core.now().sec - start.sec >= bound then
       txn:set_var("txn.held_out", true)
+      door_counts.hold_ends(hold, true)
       return
     end
     core.msleep(200)
   end
+  door_counts.hold_ends(hold, false)
 end)

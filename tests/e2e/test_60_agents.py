@@ -15,8 +15,11 @@ import requests
 
 from lab.config import AGENTS_DIR, HEAD
 from lab.processes import in_node
+from layout import DOOR
+from site_config import load_site
 from tests.e2e.conftest import REPO, SITE, pyinfra
 from tests.net import free_port
+from tests.observability import samples
 
 pytestmark = pytest.mark.end_to_end
 ANSWER = "Hi, this is the tiny spark model."  # what lab/tiny_model.py's chain says, then its end token
@@ -87,9 +90,17 @@ def answers(url: str, key: str) -> int:
     return requests.get(f"{url}/v1/models", headers={"Authorization": f"Bearer {key}"}, timeout=60).status_code
 
 
+def door_counts() -> dict[str, float]:
+    """The door's own counts (files/door/counts.lua), read on the head."""
+    port = load_site(SITE).settings.door_metrics_port
+    return samples(in_node(HEAD.dir, "python3", "-c", f"import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:{port}"
+                          f"{DOOR['counts_path']}').read().decode())", capture_output=True).stdout)
+
+
 def test_a_client_of_its_own_is_let_in_then_revoked_with_vllm_left_running(clients, tunnel, tmp_path):
     """[client.laptop] added to the site: the door step alone makes its key on the head and lets it
-    in; `python -m clients --client laptop` writes that key, not the deploy's. The client removed
+    in; `python -m clients --client laptop` writes that key, not the deploy's, and the door counts
+    that client's requests and the tokens of its answer under its name. The client removed
     from the site: the next run revokes it (401) while the deploy's key still answers, and vLLM
     never restarted. The client's key is in no output and, once revoked, in no file of the head."""
     out, _, _ = clients
@@ -106,6 +117,17 @@ def test_a_client_of_its_own_is_let_in_then_revoked_with_vllm_left_running(clien
     assert written.returncode == 0, written.stdout + written.stderr
     laptop_key = (mine / "api-key").read_text().strip()
     assert laptop_key != deploy_key and answers(tunnel, laptop_key) == 200 and answers(tunnel, "not-a-key") == 401
+    before = door_counts()
+    chat = requests.post(f"{tunnel}/v1/chat/completions", json={"model": "tiny", "messages": [{"role": "user", "content": "Say hi"}],
+                                                                "max_tokens": 8}, headers={"Authorization": f"Bearer {laptop_key}"}, timeout=120)
+    assert chat.status_code == 200, chat.text
+    after = door_counts()  # the one chat, by the door's own count, under laptop's name
+    usage = chat.json()["usage"]
+    assert {kind: after[f'dual_spark_door_client_{kind}_tokens_total{{client="laptop"}}']
+            - before[f'dual_spark_door_client_{kind}_tokens_total{{client="laptop"}}'] for kind in ("prompt", "completion")} \
+        == {"prompt": usage["prompt_tokens"], "completion": usage["completion_tokens"]}
+    served_2xx = 'dual_spark_door_client_requests_total{client="laptop",code="2xx"}'
+    assert after[served_2xx] - before[served_2xx] == 1
     removed = pyinfra("-y", task="tasks/door.py")
     assert removed.returncode == 0, removed.stdout
     assert "Will revoke client laptop's key: it is no longer in the site" in removed.stdout, removed.stdout

@@ -1,8 +1,7 @@
-"""The front door as the deploy renders it (templates/door/, files/door/hold.lua), run by the real
-HAProxy in front of a backend that stops and starts as vLLM does, with the door program's drain
-and keys (files/dual_spark/door.py). As an ordinary user, the rendered configuration loses only
-what needs root: its user, group and chroot, and its socket and maps in /run and /etc (moved
-beside it)."""
+"""The front door as the deploy renders it (templates/door/, files/door/), run by the real
+HAProxy (tests/programs/door.py) in front of a backend that stops and starts as vLLM does and
+answers as it does, with the door program's drain and keys (files/dual_spark/door.py); and the
+door's own counts of the requests it holds and of each client's requests and tokens."""
 
 from __future__ import annotations
 
@@ -17,19 +16,20 @@ import time
 import urllib.error
 import urllib.request
 from pathlib import Path
+from typing import NamedTuple
 
 import pytest
+from dual_spark.door import set_state
 
-from layout import DOOR
-from operations.door import door_settings
-from tests.fake_host import site
 from tests.net import free_port
+from tests.observability import promtool
 from tests.programs import ARCHIVE
+from tests.programs.door import counts, counts_text, door_program, of_client, per_client, running_door, write_keys
 
 pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (scripts/setup.sh installs it)")
 
 BACKEND = """
-import hashlib, http.server, os, sys, time
+import hashlib, http.server, json, os, sys, time
 DEAD = os.path.join(os.path.dirname(os.path.abspath(__file__)), "dead")
 FROZEN = os.path.join(os.path.dirname(os.path.abspath(__file__)), "frozen")
 class Handler(http.server.BaseHTTPRequestHandler):
@@ -40,11 +40,56 @@ class Handler(http.server.BaseHTTPRequestHandler):
         body = self.rfile.read(int(self.headers["Content-Length"]))
         if os.path.exists(FROZEN):  # a frozen rank's vLLM, ended by its watchdog under the request
             os._exit(1)
-        digest = hashlib.sha256(body).hexdigest().encode()
+        asked = json.loads(body) if body.startswith(b"{") else {}
+        if self.path == "/v1/fail":
+            self.send_response(500)
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+            return
+        if "usage" not in asked:  # the body's digest: what vLLM was sent
+            digest = hashlib.sha256(body).hexdigest().encode()
+            self.send_response(200)
+            self.send_header("Content-Length", str(len(digest)))
+            self.end_headers()
+            self.wfile.write(digest)
+            return
+        # as vLLM answers, its usage the request's "usage" (prompt, completion) where the client asked
+        prompt, completion = asked["usage"]
+        if not asked.get("stream"):
+            body = json.dumps({"choices": [{"message": {"content": 'a "usage": {"prompt_tokens": 999}'}}],
+                               "usage": {"prompt_tokens": prompt, "completion_tokens": completion,
+                                         "prompt_tokens_details": {"cached_tokens": 1}}}).encode()
+            self.send_response(200)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+            return
         self.send_response(200)
-        self.send_header("Content-Length", str(len(digest)))
+        self.send_header("Content-Type", "text/event-stream")
+        self.send_header("Transfer-Encoding", "chunked")
         self.end_headers()
-        self.wfile.write(digest)
+        def send(text):
+            data = text.encode()
+            self.wfile.write(b"%x\\r\\n%s\\r\\n" % (len(data), data))
+            self.wfile.flush()
+            time.sleep(0.3)
+        if self.path == "/v1/messages":  # Anthropic's stream: input tokens first, output tokens last
+            send('event: message_start\\ndata: ' + json.dumps({"type": "message_start", "message": {"usage": {"input_tokens": prompt, "output_tokens": 1}}}) + '\\n\\n')
+            send('event: content_block_delta\\ndata: {"type": "content_block_delta", "delta": {"text": "hi"}}\\n\\n')
+            send('event: message_delta\\ndata: ' + json.dumps({"type": "message_delta", "usage": {"output_tokens": completion}}) + '\\n\\n')
+        else:
+            usage = asked.get("stream_options", {}).get("include_usage")
+            for n in range(3):
+                send("data: " + json.dumps({"choices": [{"delta": {"content": f"token{n}"}}], **({"usage": None} if usage else {})}) + "\\n\\n")
+            if usage:  # the last chunk, cut in two inside its usage
+                last = "data: " + json.dumps({"choices": [], "usage": {"prompt_tokens": prompt, "completion_tokens": completion}}) + "\\n\\n"
+                cut = last.index("usage") + 3
+                send(last[:cut])
+                send(last[cut:])
+            send("data: [DONE]\\n\\n")
+        self.wfile.write(b"0\\r\\n\\r\\n")
+        self.wfile.flush()
     def do_GET(self):
         if self.path == "/health" and os.path.exists(DEAD):  # an engine that died: vLLM's /health answers 503
             self.send_response(503)
@@ -103,44 +148,22 @@ class Vllm:
 DEPLOY_KEY, LAPTOP_KEY = "d" * 43, "l" * 43
 
 
-def door_program(*args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([sys.executable, str(ARCHIVE), "door", *args], capture_output=True, text=True, timeout=60)
-
-
-def write_keys(tmp_path: Path) -> subprocess.CompletedProcess:
-    """The door's maps from the key files in ``tmp_path`` (api-key, clients/NAME.key), as the deploy writes them."""
-    return door_program("keys", "--deploy-key", str(tmp_path / "api-key"), "--clients", str(tmp_path / "clients"),
-                        "--map", str(tmp_path / "clients.map"), "--backend-map", str(tmp_path / "backend.map"))
+class Door(NamedTuple):
+    url: str  # the API
+    socket: str  # its runtime API
+    vllm: Vllm
+    metrics: str  # its metrics frontend
 
 
 @pytest.fixture
 def door(tmp_path):
     """The rendered door on free ports, its hold bound 6 s, the deploy's key and client laptop's
-    let in; yields (url, socket, vllm)."""
+    let in."""
     ports = {"api_port": free_port(), "vllm_port": free_port(), "door_metrics_port": free_port()}
-    settings = door_settings(site("pair", {**ports, "serving_ready_timeout": 6}))
-    socket = tmp_path / "door.sock"
-    (tmp_path / "api-key").write_text(DEPLOY_KEY + "\n")
-    (tmp_path / "clients").mkdir()
-    (tmp_path / "clients/laptop.key").write_text(LAPTOP_KEY + "\n")
-    assert write_keys(tmp_path).returncode == 0
-    config = settings.files[f"{DOOR['dir']}/haproxy.cfg"].replace(DOOR["socket"], str(socket))
-    for name in ("clients_map", "backend_map"):
-        config = config.replace(DOOR[name], str(tmp_path / Path(DOOR[name]).name))
-    kept = [line for line in config.splitlines() if line.strip().split(" ")[0] not in ("user", "group", "chroot")]
-    assert len(config.splitlines()) - len(kept) == 3
-    (tmp_path / "haproxy.cfg").write_text("\n".join(kept) + "\n")
-    (tmp_path / "hold.lua").write_text(settings.files[f"{DOOR['dir']}/hold.lua"])
-    subprocess.run(["haproxy", "-c", "-q", "-C", str(tmp_path), "-f", "haproxy.cfg"], check=True)
-    haproxy = subprocess.Popen(["haproxy", "-db", "-C", str(tmp_path), "-f", "haproxy.cfg"], stderr=subprocess.DEVNULL)
-    vllm = Vllm(ports["vllm_port"], tmp_path)
-    deadline = time.monotonic() + 10
-    while not socket.exists() and time.monotonic() < deadline:
-        time.sleep(0.05)
-    yield f"http://127.0.0.1:{ports['api_port']}", str(socket), vllm
-    vllm.stop()
-    haproxy.kill()
-    haproxy.wait()
+    with running_door(tmp_path, {**ports, "serving_ready_timeout": 6}, DEPLOY_KEY, {"laptop": LAPTOP_KEY}) as socket:
+        vllm = Vllm(ports["vllm_port"], tmp_path)
+        yield Door(f"http://127.0.0.1:{ports['api_port']}", socket, vllm, f"http://127.0.0.1:{ports['door_metrics_port']}")
+        vllm.stop()
 
 
 def get(url: str, results: list, timeout: float = 60, key: str | None = LAPTOP_KEY, header: str = "Authorization") -> None:
@@ -161,7 +184,7 @@ def in_background(url: str, results: list) -> threading.Thread:
 
 
 def test_a_request_waits_at_the_door_while_vllm_starts_and_is_served(door):
-    url, _, vllm = door
+    url, _, vllm, _ = door
     results: list = []
     thread = in_background(url + "/v1/models", results)
     time.sleep(2)  # vLLM takes no connections yet: the door tries again each second
@@ -172,12 +195,13 @@ def test_a_request_waits_at_the_door_while_vllm_starts_and_is_served(door):
 
 
 def test_a_request_that_waited_past_the_bound_fails_once_with_retry_after(door):
-    url, _, _ = door
+    url, _, _, metrics = door
     results: list = []
     get(url + "/v1/models", results)
     status, body, waited, retry_after = results[0]
     assert status == 503 and retry_after == "30" and "did not serve within 6 s" in json.loads(body)["error"]["message"]
     assert waited >= 5
+    assert per_client(metrics) == {**of_client("deploy"), **of_client("laptop", {"5xx": 1})}  # the door's own answer, counted
 
 
 def seen_up(socket: str) -> None:
@@ -191,7 +215,7 @@ def seen_up(socket: str) -> None:
 def test_a_planned_stop_lets_the_request_in_flight_finish_and_holds_the_next(door):
     """The drain: the slow request in flight when it starts finishes whole; one sent during the
     drain is held, not sent to the vLLM about to stop, and served by the next one."""
-    url, socket, vllm = door
+    url, socket, vllm, _ = door
     vllm.start()
     seen_up(socket)
     before = vllm.process
@@ -219,7 +243,7 @@ def test_a_vllm_whose_engine_died_is_seen_down_and_requests_wait_for_the_next(do
     """A heal: vLLM answers 503 at /health (its engine died) while its API still takes requests.
     Once the door's check sees it down, a new request waits at the door instead of meeting the
     dead engine, and is served by the vLLM that follows."""
-    url, socket, vllm = door
+    url, socket, vllm, _ = door
     vllm.start()
     seen_up(socket)
     (tmp_path / "dead").write_text("")  # the backend's /health answers 503 from now on
@@ -255,7 +279,7 @@ def test_a_request_that_vllm_took_and_died_under_is_sent_whole_to_the_next(door,
     """A heal: vLLM read the request and ended without an answer (the watchdog ended a frozen
     rank's vLLM). The door sends it again, whole, to the next vLLM: its body came after its
     headers, and it is larger than HAProxy's 16 KiB default buffer, and neither stops that."""
-    url, socket, vllm = door
+    url, socket, vllm, _ = door
     vllm.start()
     seen_up(socket)
     (tmp_path / "frozen").write_text("")
@@ -280,7 +304,7 @@ def test_the_door_lets_in_the_keys_it_knows_and_hands_vllm_the_deploys(door, tmp
     """A client's key as a bearer token or x-api-key, or the deploy's own, reaches vLLM, which
     is handed the deploy's key; any other key, or none, is refused at the door (401) on the API,
     which vLLM alone keys; the maps are root's, mode 600, and no key is printed."""
-    url, _, vllm = door
+    url, _, vllm, _ = door
     vllm.start()
     answers: list = []
     for key, header in ((LAPTOP_KEY, "Authorization"), (LAPTOP_KEY, "x-api-key"), (DEPLOY_KEY, "Authorization"),
@@ -307,3 +331,95 @@ def test_a_key_file_that_is_not_one_key_is_refused_without_showing_it(tmp_path):
     (tmp_path / "clients/laptop.key").symlink_to(tmp_path / "api-key")
     refused = write_keys(tmp_path)
     assert refused.returncode != 0 and "symbolic link" in refused.stderr and "d" * 43 not in refused.stderr
+
+
+COUNTS_FIXTURE = Path(__file__).parent / "fixtures/door_counts.txt"  # the counts after the test below, as counts.lua served them
+
+
+def post(url: str, body: dict, key: str = LAPTOP_KEY, header: str = "Authorization") -> tuple[int, list[tuple[float, str]]]:
+    """POST ``body`` as JSON with ``key``: the status and each line of the answer with the time it arrived."""
+    request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST", headers={
+        "Content-Type": "application/json", header: f"Bearer {key}" if header == "Authorization" else key})
+    try:
+        with urllib.request.urlopen(request, timeout=30) as response:
+            lines = []
+            while line := response.readline():
+                lines.append((time.monotonic(), line.decode()))
+            return response.status, lines
+    except urllib.error.HTTPError as error:
+        return error.code, [(time.monotonic(), error.read().decode())]
+
+
+def test_the_door_counts_each_clients_answers_and_tokens_and_never_a_key(door, tmp_path):
+    """Per client (the name its key maps to), each answer by class and the tokens vLLM's usage
+    reports: a JSON answer (a "usage" inside its text is not counted), a stream whose last chunk
+    has usage (cut in two on its way), Anthropic's stream (input tokens first, output last), a
+    stream without usage (counted as such), vLLM's own 500; a GET has no tokens; an unknown key is
+    refused and counted for no one. Streams pass as they come, and the counts name no key."""
+    url, socket, vllm, _ = door
+    vllm.start()
+    seen_up(socket)
+    assert per_client(door.metrics) == {**of_client("deploy"), **of_client("laptop")}  # each of the site's clients from the start
+    status, lines = post(url + "/v1/chat/completions", {"usage": [5, 7]})
+    assert status == 200 and json.loads(lines[0][1])["usage"]["completion_tokens"] == 7
+    status, lines = post(url + "/v1/chat/completions", {"usage": [11, 13], "stream": True, "stream_options": {"include_usage": True}})
+    chunks = [line for _, line in lines if line.startswith("data: {")]
+    assert status == 200 and json.loads(chunks[-1][6:])["usage"] == {"prompt_tokens": 11, "completion_tokens": 13}
+    assert lines[-1][0] - lines[0][0] > 1  # each chunk passed on as vLLM sent it, 0.3 s apart
+    status, lines = post(url + "/v1/chat/completions", {"usage": [100, 100], "stream": True}, header="x-api-key")
+    assert status == 200 and lines[-2][1] == "data: [DONE]\n"
+    status, lines = post(url + "/v1/messages", {"usage": [17, 19], "stream": True})
+    assert status == 200 and "message_delta" in "".join(line for _, line in lines)
+    assert post(url + "/v1/fail", {})[0] == 500
+    assert post(url + "/v1/chat/completions", {"usage": [3, 4]}, key=DEPLOY_KEY)[0] == 200
+    results: list = []
+    get(url + "/v1/models", results, key=DEPLOY_KEY)
+    assert post(url + "/v1/chat/completions", {"usage": [50, 50]}, key="x" * 43)[0] == 401
+    assert results[0][:2] == (200, "chunk0")
+    assert per_client(door.metrics) == {**of_client("deploy", {"2xx": 2}, prompt=3, completion=4),
+                                **of_client("laptop", {"2xx": 4, "5xx": 1}, prompt=5 + 11 + 17, completion=7 + 13 + 19, without_usage=1)}
+    text = counts_text(door.metrics)
+    assert LAPTOP_KEY not in text and DEPLOY_KEY not in text
+    assert counts(door.metrics)["dual_spark_door_count_errors_total"] == 0
+    (tmp_path / "counts.txt").write_text(text)
+    promtool("check", "metrics", stdin=text)
+
+    def shape(text: str) -> set[str]:
+        return {line.rsplit(" ", 1)[0] for line in text.splitlines() if line and not line.startswith("#")}
+
+    assert shape(text) == shape(COUNTS_FIXTURE.read_text())  # the capture the rules' names are checked against
+
+
+def test_a_held_request_is_counted_while_it_waits_and_its_wait_once_it_ends(door):
+    """Held while vLLM is drained: counted as held now, with its wait so far; served once vLLM is
+    ready, its wait goes into the histogram. One held past the bound (6 s) is refused with a 503,
+    counted as refused and as its client's 5xx."""
+    url, socket, vllm, _ = door
+    vllm.start()
+    seen_up(socket)
+    set_state(socket, "drain")
+    held: list = []
+    thread = in_background(url + "/v1/models", held)
+    deadline = time.monotonic() + 10
+    while counts(door.metrics)["dual_spark_door_held_requests"] != 1:
+        assert time.monotonic() < deadline, "the held request was never counted"
+        time.sleep(0.1)
+    time.sleep(1.5)
+    now = counts(door.metrics)
+    assert now["dual_spark_door_held_longest_seconds"] >= 1.5 and now["dual_spark_door_held_seconds_count"] == 0 and not held
+    set_state(socket, "ready")
+    thread.join()
+    assert held[0][:2] == (200, "chunk0")
+    after = counts(door.metrics)
+    assert after["dual_spark_door_held_requests"] == 0 and after["dual_spark_door_held_longest_seconds"] == 0
+    assert after["dual_spark_door_held_seconds_count"] == 1 and after["dual_spark_door_held_seconds_sum"] >= 1.5
+    assert [after[f'dual_spark_door_held_seconds_bucket{{le="{le}"}}'] for le in ("1", "5", "+Inf")] == [0, 1, 1]
+    assert after["dual_spark_door_held_refused_total"] == 0
+    set_state(socket, "drain")
+    refused: list = []
+    get(url + "/v1/models", refused)
+    assert refused[0][0] == 503 and refused[0][2] >= 5  # the bound in whole seconds
+    after = counts(door.metrics)
+    assert after["dual_spark_door_held_seconds_count"] == 2 and after["dual_spark_door_held_refused_total"] == 1
+    assert [after[f'dual_spark_door_held_seconds_bucket{{le="{le}"}}'] for le in ("5", "10")] == [1, 2]
+    assert per_client(door.metrics) == {**of_client("deploy"), **of_client("laptop", {"2xx": 1, "5xx": 1})}
