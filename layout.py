@@ -117,7 +117,7 @@ DOOR = {
     # on door_metrics_port beside HAProxy's exporter (/metrics): counts.lua's, held requests and per client
     "counts_path": "/counts",
 }
-SCRAPE_JOBS = {"vllm": "vllm", "node": "node", "prometheus": "prometheus", "door": "door"}
+SCRAPE_JOBS = {"vllm": "vllm", "node": "node", "prometheus": "prometheus", "door": "door", "door_counts": "door_counts"}
 # The bucket bounds of vLLM's latency histograms (its /metrics, vLLM 0.32): an objective's bound is
 # one of them, so that the share of requests within it is read from one bucket, never guessed.
 TTFT_BUCKETS = (0.001, 0.005, 0.01, 0.02, 0.04, 0.06, 0.08, 0.1, 0.25, 0.5, 0.75, 1.0, 2.5, 5.0, 7.5, 10.0, 20.0, 40.0, 80.0, 160.0,

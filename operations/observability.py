@@ -24,6 +24,7 @@ from facts.observability import CONFIG_FILES, ObservabilityState
 from layout import (
     COLLECTOR_STATE,
     COLLECTOR_USER,
+    DOOR,
     GRAFANA_DATASOURCE_UID,
     GRAFANA_PROJECT,
     PROMETHEUS_DIR,
@@ -81,8 +82,9 @@ def window(interval: int) -> str:
 
 def prometheus_config(cluster: Cluster) -> str:
     """prometheus.yml, built as data: vLLM on the head, behind the front door on loopback (only
-    rank 0 has engine metrics), the door's own metrics, the node exporter of every node on its
-    rail 0 address, and Prometheus itself. Each target is labelled with its node's hostname."""
+    rank 0 has engine metrics), the door's own metrics (HAProxy's exporter, and its Lua's counts),
+    the node exporter of every node on its rail 0 address, and Prometheus itself. Each target is
+    labelled with its node's hostname."""
     settings, head = cluster.settings, cluster.head
     interval = settings.metrics_interval_seconds
     config = {
@@ -94,6 +96,8 @@ def prometheus_config(cluster: Cluster) -> str:
             {"job_name": SCRAPE_JOBS["vllm"],
              "static_configs": [{"targets": [f"{VLLM_HOST}:{settings.vllm_port}"], "labels": {"node": head.hostname, "rank": "0"}}]},
             {"job_name": SCRAPE_JOBS["door"],
+             "static_configs": [{"targets": [f"127.0.0.1:{settings.door_metrics_port}"], "labels": {"node": head.hostname}}]},
+            {"job_name": SCRAPE_JOBS["door_counts"], "metrics_path": DOOR["counts_path"],
              "static_configs": [{"targets": [f"127.0.0.1:{settings.door_metrics_port}"], "labels": {"node": head.hostname}}]},
             {"job_name": SCRAPE_JOBS["node"],
              "static_configs": [{"targets": [f"{node.fabric_addresses[0]}:{settings.node_exporter_port}"],

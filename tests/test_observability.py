@@ -24,10 +24,14 @@ VLLM_METRICS = REPO / "tests/bench/fixtures/vllm_metrics.txt"  # a CPU vLLM 0.32
 # The front door's /metrics from Debian 12's HAProxy 2.6.12: the rendered door run as in tests/programs/test_door.py,
 # after a request served once vLLM started, one refused past the bound, one held out while drained, vLLM's own 500
 DOOR_METRICS = REPO / "tests/programs/fixtures/door_metrics.txt"
+# The door's own counts (files/door/counts.lua) as the rendered door served them at /counts, clients deploy and laptop
+# (tests/programs/test_door.py checks that the live answer has the same series)
+DOOR_COUNTS = REPO / "tests/programs/fixtures/door_counts.txt"
 INTERVAL = 15  # the default metrics_interval_seconds: the series below step by it
 RECORDED = re.compile(r"\bdual_spark:[a-z0-9_:]+")
 VLLM_NAME = re.compile(r"\bvllm:[a-z0-9_:]+")
 HAPROXY_SELECTOR = re.compile(r"\b(haproxy_[a-z_]+)\{([^}]*)\}")
+DOOR_COUNT = re.compile(r"\bdual_spark_door_[a-z_]+")
 
 
 def written(tmp: Path, name: str) -> Path:
@@ -65,6 +69,8 @@ def test_promtool_takes_the_configuration_and_rules_of_a_pair_and_of_four_nodes(
     assert vllm == [{"targets": ["127.0.0.1:8889"], "labels": {"node": "spark-head", "rank": "0"}}]  # rank 0 alone, behind the door
     door = next(job for job in config["scrape_configs"] if job["job_name"] == "door")["static_configs"]
     assert door == [{"targets": ["127.0.0.1:8405"], "labels": {"node": "spark-head"}}]
+    counts = next(job for job in config["scrape_configs"] if job["job_name"] == "door_counts")  # the door's Lua, beside HAProxy's exporter
+    assert counts["metrics_path"] == "/counts" and counts["static_configs"] == door
 
 
 def test_prometheus_listens_on_loopback_with_bounded_retention():
@@ -129,6 +135,7 @@ TEXTFILE_LABEL = {HEAD["node"]: {"file": "/var/lib/dual-spark-metrics/dual-spark
 VLLM = {**HEAD, "job": "vllm", "instance": "127.0.0.1:8888"}
 MODEL = {**HEAD, "model_name": "tiny"}
 DOOR = {**HEAD, "job": "door", "instance": "127.0.0.1:8405"}
+COUNTS = {**HEAD, "job": "door_counts", "instance": "127.0.0.1:8405"}
 API, BACKEND, SERVER = {**DOOR, "proxy": "api"}, {**DOOR, "proxy": "vllm"}, {**DOOR, "proxy": "vllm", "server": "vllm"}
 
 
@@ -480,7 +487,15 @@ def recording_tests() -> dict:
               s("haproxy_server_http_responses_total", {**SERVER, "code": "5xx"}, f"0+7.5x{steps}"),
               s("haproxy_backend_retry_warnings_total", BACKEND, f"0+30x{steps}"),
               s("haproxy_backend_current_sessions", BACKEND, f"5x{steps}"), s("haproxy_server_current_sessions", SERVER, f"2x{steps}"),
-              s("haproxy_backend_max_connect_time_seconds", BACKEND, f"4.5x{steps}")]
+              s("haproxy_backend_max_connect_time_seconds", BACKEND, f"4.5x{steps}"),
+              s("dual_spark_door_held_requests", COUNTS, f"3x{steps}"), s("dual_spark_door_held_longest_seconds", COUNTS, f"40x{steps}"),
+              s("dual_spark_door_held_seconds_sum", COUNTS, f"0+45x{steps}"), s("dual_spark_door_held_seconds_count", COUNTS, f"0+3x{steps}"),
+              s("dual_spark_door_client_requests_total", {**COUNTS, "client": "laptop", "code": "2xx"}, f"0+15x{steps}"),
+              s("dual_spark_door_client_requests_total", {**COUNTS, "client": "laptop", "code": "5xx"}, f"0+1.5x{steps}"),
+              s("dual_spark_door_client_requests_total", {**COUNTS, "client": "deploy", "code": "2xx"}, f"0+3x{steps}"),
+              s("dual_spark_door_client_prompt_tokens_total", {**COUNTS, "client": "laptop"}, f"0+1500x{steps}"),
+              s("dual_spark_door_client_completion_tokens_total", {**COUNTS, "client": "laptop"}, f"0+300x{steps}"),
+              s("dual_spark_door_client_answers_without_usage_total", {**COUNTS, "client": "laptop"}, f"0+1.5x{steps}")]
     group = {**MODEL}
 
     def expect(expr: str, value: float, labels: dict = group) -> dict:
@@ -513,6 +528,19 @@ def recording_tests() -> dict:
         expect("dual_spark:door_requests_in_flight", 2, HEAD),
         expect("dual_spark:door_requests_waiting_for_vllm", 3, HEAD),
         expect("dual_spark:door_wait_seconds:max", 4.5, HEAD),
+        # The door's own counts: three held now, the longest for 40 s; a hold of 15 s ends every 5 s;
+        # laptop gets one answer a second (0.1 of them 5xx), 100 prompt and 20 completion tokens a
+        # second, one stream in ten without usage; deploy one answer in 5 s.
+        expect("dual_spark:door_held_requests", 3, HEAD),
+        expect("dual_spark:door_held_longest_seconds", 40, HEAD),
+        expect("dual_spark:door_holds_per_second", 0.2, HEAD),
+        expect("dual_spark:door_held_seconds:mean", 15, HEAD),
+        {"expr": "dual_spark:door_client_requests_per_second", "eval_time": "5m", "exp_samples": [
+            {"labels": f'{{__name__="dual_spark:door_client_requests_per_second",node="spark-head",client="{client}",code="{code}"}}',
+             "value": value} for client, code, value in (("laptop", "2xx", 1), ("laptop", "5xx", 0.1), ("deploy", "2xx", 0.2))]},
+        expect("dual_spark:door_client_prompt_tokens_per_second", 100, {**HEAD, "client": "laptop"}),
+        expect("dual_spark:door_client_completion_tokens_per_second", 20, {**HEAD, "client": "laptop"}),
+        expect("dual_spark:door_client_answers_without_usage_per_second", 0.1, {**HEAD, "client": "laptop"}),
     ]
     return {"rule_files": ["recording.yml"], "evaluation_interval": f"{INTERVAL}s",
             "tests": [{"name": "the recording rules", "interval": f"{INTERVAL}s", "input_series": series, "promql_expr_test": tests}]}
@@ -578,8 +606,8 @@ def test_the_rates_span_four_scrapes():
 
 def test_every_name_used_is_recorded_or_exported():
     """The dashboards, the alerts and `tasks/status.py` use the recording rules' names, each
-    defined once; the rules use only names the pinned vLLM's /metrics has, and of HAProxy's only the
-    series the door's own exporter serves."""
+    defined once; the rules use only names the pinned vLLM's /metrics has, of HAProxy's only the
+    series the door's own exporter serves, and of the door's counts only those its Lua serves."""
     recorded = recorded_names()
     records = [rule["record"] for group in rules()["recording.yml"]["groups"] for rule in group["rules"]]
     assert len(records) == len(set(records))
@@ -595,6 +623,9 @@ def test_every_name_used_is_recorded_or_exported():
     for name, inside in selectors:  # each name, with the proxy, server and code it selects, is a series HAProxy serves
         wanted = {"__name__": name, **dict(re.findall(r'(\w+)="([^"]*)"', inside))}
         assert any(series.items() >= wanted.items() for series in door), wanted
+    counted = {labels_of(line.split(" ")[0])["__name__"] for line in DOOR_COUNTS.read_text().splitlines() if not line.startswith("#")}
+    named = set(DOOR_COUNT.findall(rule_files(site("pair"))["recording.yml"]))
+    assert named and named <= counted, named - counted  # and each is one the door's Lua serves
 
 
 def test_every_dashboard_query_is_valid_promql_over_the_rules(tmp_path):

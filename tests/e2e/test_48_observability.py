@@ -89,6 +89,7 @@ def test_every_target_is_up(prometheus):
             break
         time.sleep(2)
     assert health == {("prometheus", "spark-head"): "up", ("vllm", "spark-head"): "up", ("door", "spark-head"): "up",
+                      ("door_counts", "spark-head"): "up",
                       ("node", "spark-head"): "up", ("node", "spark-worker"): "up"}, targets
 
 
