@@ -197,7 +197,9 @@ def door_row(name: str, cluster: Cluster, door: dict | None) -> Check:
     if not door or not door["ok"]:
         return Check(name, "front door", FAIL, (door or {}).get("error", "not read"),
                      f"clients reach nothing at {where}: `systemctl status haproxy` on the head, then run the deploy (tasks/door.py)")
-    counts = f"{door['in_flight']} in flight, {door['requests']} sent to vLLM, {door['retried']} tried again since it started"
+    longest = door.get("held_longest_seconds")
+    holding = f"{door['held']:.0f} held" + (f" (the oldest {longest:.0f} s)" if longest is not None else "") + ", " if door.get("held") else ""
+    counts = f"{holding}{door['in_flight']} in flight, {door['requests']} sent to vLLM, {door['retried']} tried again since it started"
     if "MAINT" in door["status"]:
         return Check(name, "front door", FAIL, f"vLLM is in maintenance at the door: requests wait ({counts})",
                      "`sudo systemctl reload haproxy` on the head: a reload starts with vLLM ready")

@@ -50,8 +50,9 @@ class ServingStatus(FactBase[Status]):
     `health --metrics` read; ``records`` the states that served, recorded in ``stack_dir``
     (ServingState's); ``prometheus`` (on the head, where ``prometheus`` names its URL) what
     `metrics rates` read: the recording rules of the last five minutes and the alerts; ``door``
-    (on the head, where ``door`` names its socket) what `door state` read: the front door's view
-    of vLLM, ``{"ok": False, "error": ...}`` without a door.
+    (on the head, where ``door`` names its socket, and ``door_counts`` the URL of its counts) what
+    `door state` read: the front door's view of vLLM and the requests it holds, ``{"ok": False,
+    "error": ...}`` without a door.
 
     .. code:: python
 
@@ -75,7 +76,8 @@ class ServingStatus(FactBase[Status]):
                 "door": None, "unreadable": []}
 
     def command(self, programs: str, rail_ip: str, port: int, state_file: str, log_lines: int, stack_dir: str,
-                api: dict | None = None, prometheus: str | None = None, door: str | None = None, planned: str | None = None) -> StringCommand:
+                api: dict | None = None, prometheus: str | None = None, door: str | None = None, door_counts: str | None = None,
+                planned: str | None = None) -> StringCommand:
         background = {
             "container": container_command(),
             "watchdog": StringCommand("python3", QuoteString(programs), "watchdog", "status", "--ip", rail_ip, "--port", str(port),
@@ -91,7 +93,8 @@ class ServingStatus(FactBase[Status]):
             background["prometheus"] = StringCommand("python3", QuoteString(programs), "metrics", "rates", "--url", QuoteString(prometheus),
                                                      "--window", str(RATES_WINDOW), "--timeout", "5", "2>/dev/null")
         if door:
-            background["door"] = StringCommand("python3", QuoteString(programs), "door", "state", "--socket", QuoteString(door), "2>&1")
+            background["door"] = StringCommand("python3", QuoteString(programs), "door", "state", "--socket", QuoteString(door),
+                                               *(("--counts", QuoteString(door_counts)) if door_counts else ()), "2>&1")
         return combined({"now": StringCommand("date", "-u", "+%Y-%m-%dT%H:%M:%SZ"), "links": NetLinks().command(),
                          "rdma": RdmaDevices().command(), **record_sections(stack_dir)}, background)
 

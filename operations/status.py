@@ -28,7 +28,8 @@ def read_status(node) -> dict | None:
     prometheus = {"prometheus": f"http://127.0.0.1:{settings.prometheus_port}"} if head and settings.observability else {}
     return node.get_fact(ServingStatus, programs=where["programs"], rail_ip=me.fabric_addresses[0], port=settings.watchdog_port,
                          state_file=f"{where['serving']}/{me.role}-starts", log_lines=LOG_LINES, stack_dir=settings.stack_dir, api=api,
-                         door=DOOR["socket"] if head else None, planned=where["planned"] if head else None, **prometheus)
+                         door=DOOR["socket"] if head else None, planned=where["planned"] if head else None,
+                         door_counts=f"http://127.0.0.1:{settings.door_metrics_port}{DOOR['counts_path']}" if head else None, **prometheus)
 
 
 def cluster_status(nodes: list, own_work: bool = False) -> list[Check]:

@@ -283,3 +283,11 @@ def test_the_run_doing_the_planned_work_sees_its_failures_as_failures():
     readings = {"spark-head": head, "spark-worker": reading("worker", state="restarting", watchdog=ok(live=None, starts=None))}
     own = {(c.node, c.item): c for name in readings for c in status_checks(name, cluster(2), readings, excused=False)}
     assert own["spark-head", "API"].status == FAIL and own["spark-worker", "vLLM container"].status == FAIL
+
+
+def test_the_front_door_row_says_how_many_requests_it_holds():
+    head = reading("head", door={**DOOR, "status": "DRAIN", "held": 2.0, "held_longest_seconds": 31.4})
+    row = rows(head, reading("worker"))["spark-head", "front door"]
+    assert row.status == WARN and "2 held (the oldest 31 s), 1 in flight" in row.detail
+    unread = rows(reading("head", door={**DOOR, "held": None, "held_longest_seconds": None}), reading("worker"))["spark-head", "front door"]
+    assert unread.status == PASS and "held" not in unread.detail

@@ -5,10 +5,11 @@
         the requests in flight to finish, run COMMAND (the stop), then make vLLM ready at the
         door again: the requests held go on, tried each second until the new vLLM takes them.
         Exits with COMMAND's status. Where there is no door yet (no socket): COMMAND alone.
-    door state --socket S
+    door state --socket S [--counts URL]
         One JSON line: the door's view of vLLM (its state, its health as the door's check sees
-        it, requests in flight, the requests it retried and those it answered with an error), or
-        {"door": null} without a door.
+        it, requests in flight, the requests it retried and those it answered with an error; with
+        URL, its counts, the requests held now and the oldest one's wait), or {"door": null}
+        without a door.
     door keys --deploy-key F --clients DIR --map M --backend-map B
         Write the door's two maps (root's, mode 600, whole or not at all): M takes each key the
         door lets in to its client's name (the deploy's own key F as "deploy", each DIR/NAME.key
@@ -26,6 +27,7 @@ import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from .atomic import write_atomically
@@ -102,7 +104,30 @@ def state(args) -> None:
 
     health = server_row(args.socket, HEALTH)["status"]
     print(json.dumps({"door": {"status": row.get("status", ""), "health": health, "in_flight": number("scur"), "requests": number("stot"),
-                               "retried": number("wretr"), "connection_errors": number("econ"), "response_errors": number("eresp")}}))
+                               "retried": number("wretr"), "connection_errors": number("econ"), "response_errors": number("eresp"),
+                               **(held(args.counts) if args.counts else {})}}))
+
+
+HELD = {"dual_spark_door_held_requests": "held", "dual_spark_door_held_longest_seconds": "held_longest_seconds"}
+
+
+def held(url: str) -> dict:
+    """The requests held at the door now, and how long the oldest has waited, from its counts
+    (counts.lua); None for each where they do not answer."""
+    found: dict = dict.fromkeys(HELD.values())
+    try:
+        with urllib.request.urlopen(url, timeout=3) as response:
+            text = response.read().decode()
+    except OSError:
+        return found
+    for line in text.splitlines():
+        name, _, value = line.partition(" ")
+        if name in HELD:
+            try:
+                found[HELD[name]] = float(value)
+            except ValueError:
+                continue
+    return found
 
 
 def key_of(path: Path) -> str:
@@ -136,6 +161,7 @@ def main(argv: list[str], prog: str) -> None:
     s.add_argument("command", nargs=argparse.REMAINDER)
     t = commands.add_parser("state")
     t.add_argument("--socket", required=True)
+    t.add_argument("--counts", help="the URL of the door's counts (counts.lua), for the requests it holds")
     k = commands.add_parser("keys")
     k.add_argument("--deploy-key", required=True, help="the deploy's own key, which vLLM takes too")
     k.add_argument("--clients", required=True, help="a directory of NAME.key files, one a client")

@@ -21,6 +21,7 @@ from typing import NamedTuple
 import pytest
 from dual_spark.door import set_state
 
+from layout import DOOR
 from tests.net import free_port
 from tests.observability import promtool
 from tests.programs import ARCHIVE
@@ -407,6 +408,8 @@ def test_a_held_request_is_counted_while_it_waits_and_its_wait_once_it_ends(door
     time.sleep(1.5)
     now = counts(door.metrics)
     assert now["dual_spark_door_held_longest_seconds"] >= 1.5 and now["dual_spark_door_held_seconds_count"] == 0 and not held
+    seen = json.loads(door_program("state", "--socket", socket, "--counts", door.metrics + DOOR["counts_path"]).stdout)["door"]
+    assert seen["held"] == 1 and seen["held_longest_seconds"] >= 1.5  # what tasks/status.py's front-door row shows
     set_state(socket, "ready")
     thread.join()
     assert held[0][:2] == (200, "chunk0")
