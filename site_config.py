@@ -228,6 +228,8 @@ class _Validator:
         for name, spec in tables.items():
             if not schema.CLIENT_NAME.fullmatch(name):
                 self.error(f"client.{name}", name, "name a client with 1 to 32 lower-case letters, digits, '-' and '_', a letter first")
+            elif name == "deploy":
+                self.error(f"client.{name}", name, "the door calls the deploy's own key 'deploy': give the client another name")
             for key, value in spec.items():
                 self.error(f"client.{name}.{key}", value, "a [client.NAME] table takes no keys: leave it empty")
         return tuple(sorted(tables))

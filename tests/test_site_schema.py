@@ -545,6 +545,8 @@ SECRET_MISTAKES = [
     (with_("settings.container_secrets", {"x": "/etc/dual-spark-state/x"}, with_("settings.state_dir", "/etc/dual-spark-state")),
      "settings.container_secrets.x", "state_dir is /etc/dual-spark-state"),
     (with_("settings.container_secrets", ["/etc/dual-spark/secrets/x"]), "settings.container_secrets", "NAME = "),
+    (with_("client.deploy", {}), "client.deploy", "the door calls the deploy's own key 'deploy'"),
+    (with_("client.Laptop", {}), "client.Laptop", "lower-case letters"),
 ]
 
 
@@ -587,6 +589,7 @@ SECRET_NEIGHBOURS = [
                                           "x": "/etc/dual-spark/x"}),
      lambda c: c.settings.container_secrets, {"wandb": "/etc/dual-spark/secrets/wandb", "S3.key_2": "/etc/dual-spark-keys/s3/key",
                                               "x": "/etc/dual-spark/x"}),
+    (with_("client.deployer", {}, with_("client.laptop", {})), lambda c: c.clients, ("deployer", "laptop")),
 ]
 
 
