@@ -36,7 +36,7 @@ def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None],
         if mine.get("prometheus") is not None:
             checks += prometheus_rows(name, mine["prometheus"])
     if excused:
-        checks = expected(checks, head, cluster)
+        checks = expected(checks, readings, cluster)
     checks.append(memory_row(name, mine["memory"]))
     configured = {rail["netdev"] for rail in node.rail_data}
     rdma = mine["rdma"]["devices"]
@@ -50,13 +50,15 @@ def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None],
     return checks
 
 
-def expected(checks: list[Check], head: dict | None, cluster: Cluster) -> list[Check]:
+def expected(checks: list[Check], readings: dict[str, dict | None], cluster: Cluster) -> list[Check]:
     """The serving rows that fail while serving is down on purpose or for a while it is expected
     to be, as warnings that say so: a deploy run's planned work (the mark the head's stop wrote),
     or a heal within its expected time (the head's container up for less than HEAL_FACTOR times
-    the last start that served, plus heal_margin_seconds, and not in a loop of starts that never
-    serve)."""
-    why = planned_work(head) or healing(head, cluster)
+    the last start that served, plus heal_margin_seconds, while no node is in a loop of starts
+    that never serve)."""
+    head = next(iter(readings.values()))
+    looping = any(((reading["watchdog"] or {}).get("starts") or {}).get("failed_starts", 0) >= 2 for reading in readings.values() if reading)
+    why = planned_work(head) or (None if looping else healing(head, cluster))
     if why is None:
         return checks
     return [replace(check, status=WARN, detail=f"{why}: {check.detail}") if check.status == FAIL and check.item in SERVING_ROWS else check
@@ -73,9 +75,9 @@ def planned_work(head: dict | None) -> str | None:
 def healing(head: dict | None, cluster: Cluster) -> str | None:
     if not head or (head["api"] or {}).get("ok") or not head["container"] or head["container"]["status"] != "running":
         return None
-    starts = (head["watchdog"] or {}).get("starts") or {}
-    took, up = starts.get("last_start_seconds"), seconds_between(head["container"]["started"], head["now"])
-    if not isinstance(took, (int, float)) or up is None or starts.get("failed_starts", 0) >= 2:  # a loop is no heal
+    took = ((head["watchdog"] or {}).get("starts") or {}).get("last_start_seconds")
+    up = seconds_between(head["container"]["started"], head["now"])
+    if not isinstance(took, (int, float)) or up is None:
         return None
     bound = HEAL_FACTOR * took + cluster.settings.heal_margin_seconds
     return f"a heal within its expected time (the head up {up} s of {bound:.0f} s: its last start took {took:.0f} s)" if up <= bound else None
@@ -124,9 +126,12 @@ def container_row(name: str, reading: dict, generating: bool) -> Check:
                      f"at {container['finished'][:19]}Z), {what}", f"`{LOGS}` on {name}; {remedy}", tuple(reading["log"]))
     health = container["health"] or "no health check"
     detail = f"running, {uptime(container['started'], reading['now'])}, {health}, {what}"
+    joined = (reading["watchdog"]["live"] or {}).get("state") in UP
+    if health == "unhealthy" and joined and generating:
+        return Check(name, "vLLM container", WARN, detail + ": Docker's checks failed while it started, and it serves now",
+                     "its next health check (every 15 s) clears it; if it stays, see the watchdog row")
     if health == "unhealthy":
         return Check(name, "vLLM container", FAIL, detail, f"`{LOGS}` on {name}; " + HEALS, tuple(reading["log"]))
-    joined = (reading["watchdog"]["live"] or {}).get("state") in UP
     return Check(name, "vLLM container", WARN if health == "starting" and not (joined or generating) else PASS, detail)
 
 

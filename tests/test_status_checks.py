@@ -291,3 +291,20 @@ def test_the_front_door_row_says_how_many_requests_it_holds():
     assert row.status == WARN and "2 held (the oldest 31 s), 1 in flight" in row.detail
     unread = rows(reading("head", door={**DOOR, "held": None, "held_longest_seconds": None}), reading("worker"))["spark-head", "front door"]
     assert unread.status == PASS and "held" not in unread.detail
+
+
+def test_a_worker_in_a_loop_of_failed_starts_is_no_heal():
+    """The head restarted within its expected time, but a worker's starts never serve: that fails."""
+    head = restarted_head(30, {"failed_starts": 0, "healthy": False, "last_start_seconds": 40.0})
+    worker = reading("worker", state="restarting", watchdog=ok(live=None, starts={"failed_starts": 2, "healthy": False}))
+    found = rows(head, worker)
+    assert found["spark-head", "API"].status == FAIL and found["spark-worker", "watchdog"].status == FAIL
+
+
+def test_a_container_unhealthy_from_its_start_that_serves_now_warns():
+    """Docker marks a container unhealthy after three failed checks while it loads; once the
+    watchdog serves and the API generates, the next check clears it: a warning until then."""
+    stale = rows(reading("head", health="unhealthy"), reading("worker"))["spark-head", "vLLM container"]
+    assert stale.status == WARN and "serves now" in stale.detail
+    down = reading("head", health="unhealthy", api=DOWN, live={"role": "head", "session": SESSION, "state": "failing", "joined": None})
+    assert rows(down, reading("worker"))["spark-head", "vLLM container"].status == FAIL
