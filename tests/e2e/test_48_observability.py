@@ -111,7 +111,7 @@ def test_every_recording_rule_and_every_panel_query_returns_data(prometheus, ben
     recorded = [rule["record"] for group in yaml.safe_load(rule_files(load_site(SITE))["recording.yml"])["groups"] for rule in group["rules"]]
     empty = [name for name in recorded if not query(prometheus, name)]
     assert not empty, f"recording rules without data: {empty}"
-    panels = [(board, panel["title"], target["expr"].replace("$node", ".+")) for board, spec in dashboards().items()
+    panels = [(board, panel["title"], target["expr"].replace("$node", ".+").replace("$model", ".+")) for board, spec in dashboards().items()
               for panel in spec["panels"] for target in panel["targets"]]
     empty = [(board, title) for board, title, expr in panels if not query(prometheus, expr)]
     assert not empty, f"panels that would say 'No data': {empty}"
