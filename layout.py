@@ -35,6 +35,7 @@ RECORD_STATE = "state.json"
 # In paths()["serving"] on the head: the mark of a deploy's planned work (files/dual_spark/planned.py),
 # there while a run stops and starts serving; the collector exports it, the alerts wait for it.
 PLANNED_WORK = "planned-work"
+HEALTH_INTERVAL = 15  # seconds between two of Docker's health checks of a vLLM container
 
 # Inside a container: what compose mounts where, and what launch.sh calls (the programs' archive
 # also in the hub fetch's container).

@@ -10,7 +10,7 @@ from checks import FAIL, PASS, WARN, Check
 from checks.fabric import link_check, roce_check
 from checks.node import NVML_FIXES
 from cluster import HEAL_FACTOR, Cluster, Profile
-from layout import CONTAINER
+from layout import CONTAINER, HEALTH_INTERVAL
 from states import described
 
 LOGS = f"docker logs --tail 100 {CONTAINER}"
@@ -129,7 +129,7 @@ def container_row(name: str, reading: dict, generating: bool) -> Check:
     joined = (reading["watchdog"]["live"] or {}).get("state") in UP
     if health == "unhealthy" and joined and generating:
         return Check(name, "vLLM container", WARN, detail + ": Docker's checks failed while it started, and it serves now",
-                     "its next health check (every 15 s) clears it; if it stays, see the watchdog row")
+                     f"its next health check (every {HEALTH_INTERVAL} s) clears it; if it stays, see the watchdog row")
     if health == "unhealthy":
         return Check(name, "vLLM container", FAIL, detail, f"`{LOGS}` on {name}; " + HEALS, tuple(reading["log"]))
     return Check(name, "vLLM container", WARN if health == "starting" and not (joined or generating) else PASS, detail)

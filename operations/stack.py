@@ -21,6 +21,7 @@ from layout import (
     COMPOSE_PROJECT,
     CONTAINER,
     DOOR,
+    HEALTH_INTERVAL,
     IN_CONTAINER,
     LABELS,
     PLANNED_WORK,
@@ -235,7 +236,7 @@ def compose_stack(settings: StackSettings, env: dict[str, str], stack_hash: str,
     service["healthcheck"] = {
         "test": ["CMD", settings.python, inside["programs"], "watchdog", "check", "--ip", settings.rails[0]["address"],
                  "--port", str(settings.watchdog_port)],
-        "interval": "15s", "timeout": "10s", "retries": 3,
+        "interval": f"{HEALTH_INTERVAL}s", "timeout": "10s", "retries": 3,
     }
     return {"name": COMPOSE_PROJECT, "services": {"vllm": service}}
 
