@@ -1,16 +1,13 @@
 """Other nodes of the cluster, as an operation on this one sees them: None for one that did not
-answer over SSH, so a step that needs it says so instead of dying in a traceback; and the shell
-that runs a command on another node, or on several at once."""
+answer over SSH, so a step that needs it says so instead of dying in a traceback; and the call
+of the program that runs a command on another node, or on several at once."""
 
 from __future__ import annotations
-
-import shlex
 
 import gevent
 from pyinfra import host, inventory, logger, state
 from pyinfra.api import Host, QuoteString, StringCommand
 
-from layout import FABRIC_CIPHER, SSH_OPTIONS
 from operations.readings import read
 
 
@@ -70,31 +67,23 @@ def acts_here(role: str) -> bool:
     return False
 
 
-def on_node(rails: list[dict], user: str, body: str) -> StringCommand:
-    """Shell that runs ``body`` with `w CMD` meaning "run CMD on that node" (a worker, the one whose
-    ``rails`` these are), over the first fabric rail it answers on, saying which rails it skipped."""
-    ssh = f"sudo -n -u {shlex.quote(user)} ssh {' '.join(SSH_OPTIONS)}"
-    script = [f"job() {{ {body}; }};"]  # written once, run over the first rail that answers
-    for rail in rails:
-        target = shlex.quote(f"{user}@{rail['address']}")
-        script.append(
-            f"if {ssh} {target} true 2>/dev/null; then w() {{ {ssh} -c {FABRIC_CIPHER} {target} \"$@\"; }}; "
-            f"job; exit $?; fi; echo 'the worker does not answer over SSH at {rail['address']}: trying the next rail' >&2;"
-        )
-    script.append("echo 'the worker answers on no fabric rail: run pyinfra inventory.py tasks/verify.py' >&2; exit 1")
-    return StringCommand("sh", "-c", QuoteString(" ".join(script)))
+def target(user: str, rails: list[dict]) -> str:
+    """A node as `peers` names it: the deploy user, then its fabric addresses in order."""
+    return f"{user}@{','.join(rail['address'] for rail in rails)}"
 
 
-def at_once(jobs: list[tuple[str, str]], what: str, then: str = "") -> StringCommand:
-    """Shell that runs each job (a node's name, the shell that does ``what`` for it) at the same
-    time, in the background, each one's output kept apart; then waits for each and prints its
-    output, every line under its node's name, after a line naming the node when it failed; and
-    fails when any did, naming them all (and saying ``then``: what happens next)."""
-    script = ['d="$(mktemp -d)" || exit 1; failed=;']
-    script += [f'( {body} ) >"$d/{i}" 2>&1 & p{i}=$!;' for i, (_, body) in enumerate(jobs)]
-    for i, (name, _) in enumerate(jobs):
-        script.append(f'wait "$p{i}" || {{ failed="$failed {name}"; echo {shlex.quote(f"{what} failed on {name}:")} >&2; }}; '
-                      f'sed {shlex.quote(f"s/^/{name}: /")} "$d/{i}" >&2;')
-    script.append(f'rm -rf "$d"; [ -z "$failed" ] || {{ echo {shlex.quote(f"{what} failed on:")}"$failed"'
-                  f'{shlex.quote(then)} >&2; exit 1; }}')
-    return StringCommand("sh", "-c", QuoteString(" ".join(script)))
+def on_node(programs: str, name: str, user: str, rails: list[dict], *argv: str) -> StringCommand:
+    """``argv`` run on the node ``name`` (a worker, whose ``rails`` these are), over the first of
+    its fabric rails that answers, by the program ``peers run`` (files/dual_spark/peers.py)."""
+    return StringCommand("python3", QuoteString(programs), "peers", "run", "--node", QuoteString(name), "--user", QuoteString(user),
+                         *[arg for rail in rails for arg in ("--rail", QuoteString(rail["address"]))], "--",
+                         *(QuoteString(arg) for arg in argv))
+
+
+def at_once(programs: str, jobs: list[tuple[str, str, str]], what: str, then: str = "") -> StringCommand:
+    """Each job (a node's name; `here`, or ``target`` of it; the shell that does ``what`` for it)
+    run at the same time by the program ``peers all``, which prints each one's output under its
+    node's name and fails naming every node where it failed (saying ``then``: what happens next)."""
+    return StringCommand("python3", QuoteString(programs), "peers", "all", "--what", QuoteString(what),
+                         *(["--then", QuoteString(then)] if then else []),
+                         *[arg for name, place, text in jobs for arg in ("--job", QuoteString(name), QuoteString(place), QuoteString(text))])

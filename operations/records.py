@@ -7,13 +7,13 @@ image, model, since when); the record there before moves to ``rollback/`` (layou
 state keeps its image (the deploy removes none: each image's tag names its digest) and its model
 (the model store keeps every revision a stack file names). What a state is, and how it is
 named, is states.py's; what a node does to record or restore one, its program's
-(files/dual_spark/stack.py)."""
+(files/dual_spark/stack.py); running it on every node at once, ``peers all``'s."""
 
 from __future__ import annotations
 
 import shlex
 
-from operations.peer import at_once, on_node
+from operations.peer import at_once, target
 
 
 def record(settings, values: dict) -> str:
@@ -35,13 +35,9 @@ def restore(settings, name: str) -> str:
 
 
 def on_every_node(stacks: list, scripts: list[str], what: str):
-    """Shell run on the head that runs each node's command (as root; a worker's over the fabric,
-    as the deploy user's sudo) at the same time, failing naming the nodes where it failed."""
-    jobs = []
-    for settings, script in zip(stacks, scripts):
-        if settings.role == "head":
-            jobs.append((settings.hostname, script))
-        else:
-            remote = "w " + shlex.quote("sudo -n " + script)
-            jobs.append((settings.hostname, on_node(settings.rails, settings.deploy_user, remote).get_raw_value()))
-    return at_once(jobs, what)
+    """The head's call that runs each node's command (as root; a worker's over the fabric, as the
+    deploy user's sudo) at the same time, failing naming the nodes where it failed."""
+    jobs = [(settings.hostname, "here", script) if settings.role == "head" else
+            (settings.hostname, target(settings.deploy_user, settings.rails), f"sudo -n {script}")
+            for settings, script in zip(stacks, scripts)]
+    return at_once(stacks[0].programs, jobs, what)

@@ -9,7 +9,6 @@ import gzip
 import io
 import json
 import posixpath
-import shlex
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
@@ -23,7 +22,7 @@ from facts.serving import ModelHeads
 from files.dual_spark.room import short
 from layout import IN_CONTAINER, OWN_FILES, paths, smoke_marker, store_entry
 from operations.own import claimed, entry_claimed
-from operations.peer import acts_here, at_once, on_node, reachable, read_all, warn_unreachable
+from operations.peer import acts_here, at_once, on_node, reachable, read_all, target, warn_unreachable
 from operations.readings import Reading, plans
 from operations.upload import upload
 
@@ -99,10 +98,6 @@ def build_context(directory: str) -> io.BytesIO:
     return data
 
 
-def image_id_of(tag: str) -> str:
-    return f"docker image inspect -f '{{{{.Id}}}}' {shlex.quote(tag)}"
-
-
 def gib(n: int) -> str:
     return f"{n / (1 << 30):.2f} GiB"
 
@@ -148,13 +143,14 @@ def down_the_chain(cluster: Cluster, readings: dict[str, dict | None], done: Cal
     return receivers
 
 
-def from_upstream(sender: Node, user: str, command: StringCommand, stdin: str | None = None) -> StringCommand:
-    """``command`` run on ``sender``: as it is on the head; on a worker, over SSH from the head (as
-    the deploy user, over the first of the worker's rails that answers), with the head's file
+def from_upstream(programs: str, sender: Node, user: str, argv: list[str], stdin: str | None = None) -> StringCommand:
+    """``argv`` run on ``sender``: as it is on the head; on a worker, by ``peers run`` from the head
+    (as the deploy user, over the first of the worker's rails that answers), with the head's file
     ``stdin`` on its stdin."""
     if sender.rank == 0:
-        return command
-    return on_node(sender.rail_data, user, "w " + shlex.quote(command.get_raw_value()) + (f" < {shlex.quote(stdin)}" if stdin else ""))
+        return StringCommand(*(QuoteString(arg) for arg in argv))
+    call = on_node(programs, sender.hostname, user, sender.rail_data, *argv)
+    return StringCommand(call, "<", QuoteString(stdin)) if stdin else call
 
 
 @operation()
@@ -216,24 +212,15 @@ def runtime_image(image_name: str, image: Image, user: str, state_dir: str, cont
                 if node not in receivers and readings[node.hostname] is not None and readings[node.hostname]["id"] == mine["id"]
                 and not smoked(readings[node.hostname], mine["id"])]
     for node in receivers:
-        meter = (f"python3 {shlex.quote(programs)} progress pipe --what {shlex.quote(f'streaming {tag} to {node.hostname}')} "
-                 f"--total \"$(docker image inspect -f '{{{{.Size}}}}' {shlex.quote(tag)})\" --fd 3")
         sender = cluster.upstream(node)
-        differs = f"{tag} reached {node.hostname} with another image ID than {sender.hostname}'s: it is sent again next run"
-        hop = on_node(node.rail_data, user, (
-            f"{{ docker save {shlex.quote(tag)} | {meter} | w sudo -n docker load >/dev/null; }} 3>&1 && "
-            f"{{ test \"$({image_id_of(tag)})\" = \"$(w {shlex.quote('sudo -n ' + image_id_of(tag))})\" || "
-            f"{{ echo {shlex.quote(differs)} >&2; exit 1; }}; }}"
-        ))
-        as_root = hop if sender.rank == 0 else StringCommand("sudo", "-n", hop)
-        yield FunctionCommand(streamed, (from_upstream(sender, user, as_root),), {})
+        send = ["python3", programs, "image", "send", "--tag", tag, "--node", node.hostname, "--user", user,
+                *[arg for address in node.fabric_addresses for arg in ("--rail", address)], "--from", sender.hostname]
+        yield FunctionCommand(streamed, (from_upstream(programs, sender, user, send if sender.rank == 0 else ["sudo", "-n", *send]),), {})
     test = smoke_test(tag, image, container, state_dir).get_raw_value()
-    remote = "w " + shlex.quote("sudo -n " + test)
-    tests = ([(cluster.head.hostname, test)] if not smoked(mine, mine["id"]) else []) + [
-        (node.hostname, on_node(node.rail_data, user, remote).get_raw_value())
-        for node in cluster.workers if node in receivers or node in unsmoked]
+    tests = ([(cluster.head.hostname, "here", test)] if not smoked(mine, mine["id"]) else []) + [
+        (node.hostname, target(user, node.rail_data), f"sudo -n {test}") for node in cluster.workers if node in receivers or node in unsmoked]
     if tests:
-        yield at_once(tests, f"the smoke test of {tag} (import vllm)", " (tested again there next run; each node that passed is recorded)")
+        yield at_once(programs, tests, f"the smoke test of {tag} (import vllm)", " (tested again there next run; each node that passed is recorded)")
     if not receivers and not unsmoked and smoked(mine, mine["id"]) and None not in theirs:
         host.noop(f"{tag} ({mine['id'][:19]}) on {every_node(cluster)}, smoke-tested")
 
@@ -334,15 +321,15 @@ def model_on_every_node(model: Model, user: str, state_dir: str, model_dir: str,
                  f" at most {manifest['files']} files, {gib(manifest['bytes'])} (what it has right already stays)", logger.info)
     for node in receivers:
         sender = cluster.upstream(node)
-        send = ["python3", QuoteString(where["programs"]), "sync", "send", "--dir", QuoteString(entry),
-                "--manifest", QuoteString(where["manifest"] if sender.rank == 0 else "-"),
-                "--peer", QuoteString(",".join(f"{user}@{address}" for address in node.fabric_addresses)),
-                "--local", QuoteString(",".join(sender.fabric_addresses)),
-                "--remote-dir", QuoteString(entry), "--remote-state", QuoteString(where["verified"]),
-                "--remote-script", QuoteString(where["programs"]), "--streams", str(int(streams)),
+        send = ["python3", where["programs"], "sync", "send", "--dir", entry,
+                "--manifest", where["manifest"] if sender.rank == 0 else "-",
+                "--peer", ",".join(f"{user}@{address}" for address in node.fabric_addresses),
+                "--local", ",".join(sender.fabric_addresses),
+                "--remote-dir", entry, "--remote-state", where["verified"],
+                "--remote-script", where["programs"], "--streams", str(int(streams)),
                 "--progress", str(PROGRESS_EVERY), *(["--full"] if full else [])]
-        command = StringCommand("sudo", "-n", "-u", QuoteString(user), *send) if sender.rank == 0 else StringCommand(*send)
-        yield FunctionCommand(streamed, (from_upstream(sender, user, command, stdin=where["manifest"]),), {})
+        argv = ["sudo", "-n", "-u", user, *send] if sender.rank == 0 else send
+        yield FunctionCommand(streamed, (from_upstream(where["programs"], sender, user, argv, stdin=where["manifest"]),), {})
 
 
 def room(name: str, reading: dict) -> str:

@@ -394,11 +394,11 @@ def test_an_image_hop_from_a_worker_streams_from_it_to_the_next_and_tests_it_the
     worker2's second rail: its first does not answer), the IDs compared; then, in the next
     command, worker2 is smoke-tested."""
     commands, results, calls = the_chain(tmp_path, "runtime.ImageState", IMAGE_ARGS, IMAGE_FACT, HAVE, HAVE, LACKS,
-                                         before=lambda nodes: with_programs(nodes, "spark-worker1", "spark-worker2"))
+                                         before=lambda nodes: with_programs(nodes, "spark-head", "spark-worker1", "spark-worker2"))
     assert len(commands) == 2 and commands[0][:2] == ["function", "streamed"], commands
     hop, smoke = results
     assert hop.returncode == 0, hop.stderr
-    assert "the worker does not answer over SSH at 10.0.0.3: trying the next rail" in hop.stderr
+    assert "spark-worker2 does not answer over SSH at 10.0.0.3: trying the next rail" in hop.stderr
     assert hop.stdout.startswith(f"streaming {IMAGE.tag} to spark-worker2: 28 B in "), hop.stdout
     assert smoke.returncode == 0, smoke.stderr
     assert ["ssh", "head", "spark@10.0.0.2"] in calls and ["ssh", "10.0.0.2", "spark@10.0.1.3"] in calls
@@ -430,7 +430,7 @@ def test_the_smoke_tests_run_at_once_and_one_that_fails_names_its_node_the_other
     assert smoke.stderr.splitlines()[-1] == (f"the smoke test of {IMAGE.tag} (import vllm) failed on: spark-worker3 "
                                              "(tested again there next run; each node that passed is recorded)")
     assert "failed on spark-head" not in smoke.stderr and "failed on spark-worker2" not in smoke.stderr
-    assert "spark-worker2: the worker does not answer over SSH at 10.0.0.3: trying the next rail" in smoke.stderr
+    assert "spark-worker2: spark-worker2 does not answer over SSH at 10.0.0.3: trying the next rail" in smoke.stderr
     nodes = tmp_path / "nodes"
     for node in ("spark-head", "spark-worker2"):
         assert (nodes / node / MARKER).read_text() == f'{IMAGE_ID}\n["method", "num_speculative_tokens"]\n', node
@@ -467,8 +467,11 @@ def test_a_model_hop_from_a_worker_runs_sync_there_as_the_deploy_user(tmp_path):
     under sudo), bound to its rails, to worker2's, the head's manifest on its stdin."""
     state = tmp_path / "state"
     (state / "bin").mkdir(parents=True)
-    (state / "bin/dual-spark.pyz").write_text(RECORDER.replace("os.path.basename(sys.argv[0]), *sys.argv[1:]",
-                                                              "os.environ.get('NODE', 'head'), *sys.argv[1:], sys.stdin.read()"))
+    (tmp_path / "real.pyz").write_bytes(programs.built())  # its peers program takes the head to worker1; sync is recorded
+    (state / "bin/dual-spark.pyz").write_text(
+        RECORDER.replace("import json, os, sys\n", f"import json, os, sys\nif sys.argv[1] == 'peers': os.execvp(sys.executable, "
+                                                   f"[sys.executable, {str(tmp_path / 'real.pyz')!r}, *sys.argv[1:]])\n")
+                .replace("os.path.basename(sys.argv[0]), *sys.argv[1:]", "os.environ.get('NODE', 'head'), *sys.argv[1:], sys.stdin.read()"))
     store = tmp_path / "m"
     entry = store_entry(str(store), HUB_MODEL.source)
     Path(entry).mkdir(parents=True)

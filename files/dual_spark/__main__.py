@@ -10,6 +10,8 @@
     smoke     a runtime image's smoke test on this node: `import vllm`, its result recorded
     door      the front door's side of a planned stop: vLLM drained, stopped, made ready
     planned   a deploy's planned work marked on the head while it stops or restarts serving
+    peers     a command on another node over the fabric, or on several at the same time
+    image     a runtime image sent to the next node down the chain of ranks
 
 `PROGRAM --help` tells each one's arguments.
 """
@@ -22,7 +24,7 @@ import sys
 
 PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "watchdog": "watchdog", "metrics": "metrics",
             "stack": "stack", "smoke": "smoke", "door": "door",
-            "planned": "planned"}
+            "planned": "planned", "peers": "peers", "image": "image"}
 
 
 def main() -> None:
