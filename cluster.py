@@ -6,8 +6,10 @@ and its image resolved. Nothing here reads a file or a host."""
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass
+from dataclasses import dataclass, make_dataclass
 from pathlib import Path
+
+from site_schema import SETTINGS
 
 
 @dataclass(frozen=True)
@@ -50,68 +52,10 @@ class Node:
 HEAL_FACTOR = 1.5  # a heal is expected within this many times the head's last measured start, plus heal_margin_seconds
 
 
-@dataclass(frozen=True)
-class Settings:
-    """The effective settings: group_data/all.py's defaults < the site's [settings] < --data,
-    each key declared (type, bounds, fix) in site_schema.SETTINGS and checked before it is here."""
-
-    topology: str  # "direct" (two Sparks, one cable) or "switch" (2 to 64)
-    profile: str  # the profile served
-    api_host: str
-    api_port: int
-    api_public: bool
-    vllm_port: int
-    door_drain_seconds: int
-    door_metrics_port: int
-    door_request_kib: int
-    master_port: int
-    watchdog_port: int
-    block_size: int
-    speculative_method: str
-    speculative_options: dict
-    generation_config: dict
-    vllm_extra_args: list[str]
-    serving_ready_timeout: int
-    rollback_on_failure: bool
-    serving_env: dict[str, str]
-    container_gpus: str
-    container_devices: list[str]
-    container_ulimits: dict[str, int]
-    container_mounts: list[str]
-    container_env: dict[str, str]
-    container_secrets: dict[str, str]  # NAME: the root-only file on every node, at /run/secrets/NAME inside
-    state_dir: str
-    model_dir: str
-    stack_dir: str
-    hf_endpoint: str
-    hf_endpoint_insecure_http: bool
-    hf_token_file: str
-    verify_model: str
-    replication_streams: int
-    fabric_mtu: int
-    netplan_path: str
-    expected_link_speed_mbps: int
-    host_packages: list[str]
-    memlock_limits_path: str
-    memlock_systemd_path: str
-    userns_sysctl_path: str
-    reboot_worker: bool
-    show_program_diffs: bool
-    memory_floor_gib: float
-    observability: bool
-    prometheus_port: int
-    prometheus_retention_days: int
-    prometheus_retention_gib: int
-    node_exporter_port: int
-    metrics_interval_seconds: int
-    heal_margin_seconds: int
-    slo_error_ratio: float  # the share of requests that may fail
-    slo_ttft_seconds: float  # a bucket bound of vLLM's TTFT histogram
-    slo_ttft_target: float  # the share of requests owed a first token within it
-    slo_itl_seconds: float  # a bucket bound of vLLM's inter-token latency histogram
-    slo_itl_target: float  # the share of tokens owed within it of the one before
-    grafana_image: str
-    grafana_port: int
+# The effective settings: their defaults < the site's [settings] < --data, one field per setting of
+# site_schema.SETTINGS (its kind, default, bounds and meaning are there), each checked before it is here.
+Settings = make_dataclass("Settings", [(name, key.kind) for name, key in SETTINGS.items()], frozen=True)
+Settings.__module__ = __name__
 
 
 @dataclass(frozen=True)

@@ -5,11 +5,11 @@ Every problem is reported at once, each naming the field, the value seen and the
 
 from __future__ import annotations
 
+import copy
 import difflib
 import ipaddress
 import os
 import posixpath
-import runpy
 import tomllib
 from pathlib import Path
 from urllib.parse import urlsplit
@@ -103,9 +103,8 @@ def unknown(key: str, known, where: str, elsewhere: bool = True) -> str:
 
 
 def default_settings() -> dict:
-    """The defaults of `group_data/settings.py`."""
-    values = runpy.run_path(str(REPO / "group_data" / "settings.py"))
-    return {k: v for k, v in values.items() if not k.startswith("_")}
+    """Each setting's default (site_schema.SETTINGS), a copy of its own."""
+    return {name: copy.deepcopy(key.default) for name, key in schema.SETTINGS.items()}
 
 
 def site_path() -> Path:

@@ -7,7 +7,9 @@ returns None or the fix. Lists check each item, tables each name and value."""
 
 from __future__ import annotations
 
+import dataclasses
 import ipaddress
+import json
 import math
 import os
 import posixpath
@@ -72,6 +74,8 @@ class Key:
     item: Key | None = None
     names: Key | None = None
     required: bool = False
+    default: object = None  # a setting's default (SETTINGS)
+    doc: str = ""  # what a setting is, in a line (SETTINGS)
 
 
 def kind_ok(value, kind) -> bool:
@@ -555,6 +559,11 @@ def flag() -> Key:
     return Key(bool, "use true or false")
 
 
+def setting(default, key: Key, doc: str) -> Key:
+    """A site setting: its default, its rule and what it is, declared together."""
+    return dataclasses.replace(key, default=default, doc=doc)
+
+
 SSH = {
     "user": text(matching(USER, "set the deploy user, a Linux user name present on both Sparks"), required=True),
     "key": text(private_key),
@@ -622,73 +631,160 @@ PROFILE = {
     "env": env_table("a profile's env"),
 }
 
+# Every site setting, declared once: its default, its rule (a Key: kind, bounds, the fix) and what
+# it is. A site overrides a default under [settings], one run with `pyinfra ... --data key=value`;
+# cluster.Settings and the table in docs/settings.md are built from this. What is served (model,
+# images, profiles) is data of its own: group_data/serving.toml.
 SETTINGS = {
-    "topology": text(one_of("direct", "switch")),
-    "profile": text(matching(NAME, "name a profile (adaptive, fast, long-c4)")),
-    "api_host": text(api_address),
-    "api_port": port(),
-    "api_public": flag(),
-    "vllm_port": port(),
-    "door_drain_seconds": positive(86_400, "wait 1 to 86400 seconds for the requests in flight before a planned stop"),
-    "door_metrics_port": port(),
-    "door_request_kib": Key(int, "use a whole number", between(16, 65_536, "use 16 to 65536 KiB (a request in flight holds up to three such buffers)")),
-    "master_port": port(),
-    "watchdog_port": port(),
-    "block_size": Key(int, "use a whole number", lambda v: None if v in (16, 32, 64, 128, 256) else "use 16, 32, 64, 128 or 256 (256 published)"),
-    "speculative_method": text(matching(IDENTIFIER, "use vLLM's speculative method name, e.g. dspark or ngram")),
-    "speculative_options": Key(dict, "write more --speculative-config keys as a table, e.g. {prompt_lookup_max = 3}", speculative_options,
-                               names=SCALAR_TABLE.names, item=SCALAR_TABLE.item),
-    "generation_config": Key(dict, "write request defaults as a table, e.g. {temperature = 0.0}", generation_config,
-                             names=SCALAR_TABLE.names, item=SCALAR_TABLE.item),
-    "vllm_extra_args": Key(list, "use a list of strings", item=text(vllm_argument)),
-    "serving_ready_timeout": positive(86_400, "use 1 to 86400 seconds"),
-    "rollback_on_failure": flag(),
-    "serving_env": env_table("serving_env"),
-    "container_gpus": text(gpus),
-    "container_devices": Key(list, "use a list of device paths", item=text(container_device)),
-    "container_ulimits": Key(dict, "write ulimits as a table, e.g. {memlock = -1}",
-                             names=text(one_of(*ULIMITS)),
-                             item=Key(int, "use a whole number", between(-1, 2**62, "use -1 (unlimited) or a limit of 0 or more"))),
-    "container_mounts": Key(list, "use a list of absolute host paths", item=text(container_mount)),
-    "container_env": env_table("container_env"),
-    "container_secrets": Key(dict, f"write secrets as a table of NAME = \"{SECRETS_HOME}/NAME\"",
-                             names=Key(str, "use a name", secret_name), item=text(secret_file)),
-    "state_dir": text(owned_directory),
-    "model_dir": text(owned_directory),
-    "stack_dir": text(owned_directory),
-    "hf_endpoint": text(hub_url),
-    "hf_endpoint_insecure_http": flag(),
-    "hf_token_file": text(token_file),
-    "verify_model": text(one_of("size", "full")),
-    "replication_streams": positive(32, "use 1 to 32 streams per rail"),
-    "fabric_mtu": Key(int, "use a whole number", between(1280, 9216, "use an MTU between 1280 and 9216 (9000 for jumbo frames)")),
-    "netplan_path": text(netplan_file),
-    "expected_link_speed_mbps": Key(int, "use a whole number", between(1000, 800_000, "use the link speed in Mb/s, 1000 to 800000 (200000 for a CX-7 port)")),
-    "host_packages": Key(list, "use a list of Debian package names", item=text(matching(DEBIAN_PACKAGE, "use a Debian package name (lower-case letters, digits, '+.-')"))),
-    "memlock_limits_path": text(file_under("/etc/security/limits.d", ".conf", "/etc/security/limits.d/99-rdma.conf")),
-    "memlock_systemd_path": text(file_under("/etc/systemd/system.conf.d", ".conf", "/etc/systemd/system.conf.d/90-rdma-memlock.conf")),
-    "userns_sysctl_path": text(file_under("/etc/sysctl.d", ".conf", "/etc/sysctl.d/60-apparmor-userns.conf")),
-    "reboot_worker": flag(),
-    "show_program_diffs": flag(),
-    "memory_floor_gib": Key(float, "use a number", above(0, 128, "use a number of GiB above 0 and at most 128")),
-    "observability": flag(),
-    "prometheus_port": daemon_port("Prometheus"),
-    "prometheus_retention_days": positive(3650, "keep 1 to 3650 days of samples (15 by default)"),
-    "prometheus_retention_gib": positive(1024, "cap the samples at 1 to 1024 GiB (8 by default): Prometheus drops the oldest beyond it"),
-    "node_exporter_port": daemon_port("the node exporter"),
-    "metrics_interval_seconds": Key(int, "use a whole number", between(5, 300, "scrape every 5 to 300 seconds (15 by default)")),
-    "heal_margin_seconds": positive(86_400, "allow a heal 1 to 86400 seconds beyond 1.5 times the last start (120 by default)"),
-    # The fastest burn the alerts page on is 14.4 times the budget: a budget above 1/14.4 could never page.
-    "slo_error_ratio": Key(float, "use a number", between(0.0001, 0.05, "allow 0.0001 to 0.05 of requests to fail (0.01 by default)")),
-    "slo_ttft_seconds": Key(float, "use a number", bucket_bound(TTFT_BUCKETS, "time to first token")),
-    "slo_ttft_target": Key(float, "use a number", between(0.95, 0.9999, "owe 0.95 to 0.9999 of requests their first token in time (0.95 by default)")),
-    "slo_itl_seconds": Key(float, "use a number", bucket_bound(ITL_BUCKETS, "inter-token latency")),
-    "slo_itl_target": Key(float, "use a number", between(0.95, 0.9999, "owe 0.95 to 0.9999 of tokens their time (0.95 by default)")),
-    "grafana_image": text(lambda v: None if v == "" or DIGEST_REF.fullmatch(v) else
-                          "pin Grafana by digest, e.g. grafana/grafana-oss@sha256:<64 hex> (docker buildx imagetools inspect "
-                          "grafana/grafana-oss:TAG shows it), or \"\" for no Grafana"),
-    "grafana_port": daemon_port("Grafana"),
+    # The fabric and serving
+    "topology": setting("direct", text(one_of("direct", "switch")),
+                        "the fabric: \"direct\" (two Sparks, one QSFP cable) or \"switch\" (2 to 64, one cable each into a switch, "
+                        "ports forced to 200G with auto-negotiation off)"),
+    "profile": setting("adaptive", text(matching(NAME, "name a profile (adaptive, fast, long-c4)")), "the profile served"),
+    "api_host": setting("127.0.0.1", text(api_address), "where the front door answers clients (loopback: through the SSH tunnel)"),
+    "api_port": setting(8888, port(), "the front door's port"),
+    "api_public": setting(False, flag(), "true: a non-loopback api_host is meant (refused otherwise)"),
+    "vllm_port": setting(8889, port(), "vLLM's own port, behind the door, on the head's loopback only (docs/front-door.md)"),
+    "door_drain_seconds": setting(600, positive(86_400, "wait 1 to 86400 seconds for the requests in flight before a planned stop"),
+                                  "how long a planned stop waits for the requests in flight to finish"),
+    "door_metrics_port": setting(8405, port(), "the door's Prometheus metrics, on the head's loopback"),
+    "door_request_kib": setting(1024, Key(int, "use a whole number", between(16, 65_536, "use 16 to 65536 KiB (a request in flight holds up to three such buffers)")),
+                                "a request up to this size is held whole, so it can be sent again to the next vLLM"),
+    "master_port": setting(25000, port(), "vLLM's multi-node rendezvous (--master-port), on the head's rail 0 address"),
+    "watchdog_port": setting(25001, port(), "each side's watchdog status, on its own fabric address"),
+    "block_size": setting(256, Key(int, "use a whole number", lambda v: None if v in (16, 32, 64, 128, 256) else "use 16, 32, 64, 128 or 256 (256 published)"),
+                          "vLLM's KV cache block size (--block-size)"),
+    "speculative_method": setting("dspark", text(matching(IDENTIFIER, "use vLLM's speculative method name, e.g. dspark or ngram")),
+                                  "the --speculative-config method"),
+    "speculative_options": setting({}, Key(dict, "write more --speculative-config keys as a table, e.g. {prompt_lookup_max = 3}", speculative_options,
+                                           names=SCALAR_TABLE.names, item=SCALAR_TABLE.item),
+                                   "more keys of --speculative-config, e.g. {prompt_lookup_max = 3}"),
+    "generation_config": setting({"temperature": 0.0, "top_p": 1.0},
+                                 Key(dict, "write request defaults as a table, e.g. {temperature = 0.0}", generation_config,
+                                     names=SCALAR_TABLE.names, item=SCALAR_TABLE.item),
+                                 "request defaults (--override-generation-config): greedy"),
+    "vllm_extra_args": setting([], Key(list, "use a list of strings", item=text(vllm_argument)), "more `vllm serve` flags, on every node"),
+    "serving_ready_timeout": setting(1800, positive(86_400, "use 1 to 86400 seconds"),
+                                     "seconds the deploy waits for the first generated token (and the door holds a request)"),
+    "rollback_on_failure": setting(True, flag(), "no first token after a change: every node returns to the state that served; "
+                                                 "false: left as it is, for debugging"),
+    "serving_env": setting({"NCCL_NET": "IB", "NCCL_IB_DISABLE": "0", "NCCL_CROSS_NIC": "1", "NCCL_NVLS_ENABLE": "0",
+                            "VLLM_DSPARK_GPU_REJECTED_CONTEXT_MASK": "1", "VLLM_USE_BREAKABLE_CUDAGRAPH": "0", "VLLM_USE_B12X_MOE": "1",
+                            "VLLM_USE_B12X_WO_PROJECTION": "1", "TORCH_CUDA_ARCH_LIST": "12.1a", "HF_HUB_OFFLINE": "1"},
+                           env_table("serving_env"), "the environment of vLLM on every node (NCCL over RoCE, DSpark's switches)"),
+    # Containers (a site without GPUs or InfiniBand devices, like the lab, overrides these)
+    "container_gpus": setting("all", text(gpus), "the GPUs of each runtime container (compose `gpus:`)"),
+    "container_devices": setting(["/dev/infiniband"], Key(list, "use a list of device paths", item=text(container_device)),
+                                 "devices passed into each runtime container"),
+    "container_ulimits": setting({"memlock": -1, "stack": 67108864, "nofile": 1048576},
+                                 Key(dict, "write ulimits as a table, e.g. {memlock = -1}", names=text(one_of(*ULIMITS)),
+                                     item=Key(int, "use a whole number", between(-1, 2**62, "use -1 (unlimited) or a limit of 0 or more"))),
+                                 "each runtime container's ulimits"),
+    "container_mounts": setting([], Key(list, "use a list of absolute host paths", item=text(container_mount)),
+                                "host paths mounted read-only, at the same path, into every runtime container"),
+    "container_env": setting({}, env_table("container_env"),
+                             "more environment for every runtime container (the hub fetch keeps its own HF_HOME, HF_XET_*)"),
+    "container_secrets": setting({}, Key(dict, f"write secrets as a table of NAME = \"{SECRETS_HOME}/NAME\"",
+                                         names=Key(str, "use a name", secret_name), item=text(secret_file)),
+                                 f"secrets for every vLLM container: NAME = a root-only file (mode 600 or 400) on every node under "
+                                 f"{SECRETS_HOME}/, mounted read-only at /run/secrets/NAME, never in the environment"),
+    # Where the deploy keeps its files on the nodes
+    "state_dir": setting("/var/lib/dual-spark", text(owned_directory), "the deploy's programs, records and caches on each node"),
+    "model_dir": setting("/var/lib/dual-spark/model", text(owned_directory), "the model store: one directory per model source"),
+    "stack_dir": setting("/etc/dual-spark", text(owned_directory), "the compose stacks and the records of the states that served"),
+    "hf_endpoint": setting("https://huggingface.co", text(hub_url), "the Hugging Face hub, or a mirror of it"),
+    "hf_endpoint_insecure_http": setting(False, flag(), "true: an http:// hf_endpoint (a mirror on your LAN) is meant; the token crosses in clear"),
+    "hf_token_file": setting("~/.cache/huggingface/token", text(token_file),
+                             "the hub token, on the head, the deploy user's; only gated repositories need it"),
+    "verify_model": setting("size", text(one_of("size", "full")), "\"full\": hash every file of the model on every node again"),
+    "replication_streams": setting(4, positive(32, "use 1 to 32 streams per rail"), "parallel TCP streams per fabric rail"),
+    "show_program_diffs": setting(False, flag(), "the diff shows each changed program as one line; true: its full diff"),
+    # The QSFP fabric
+    "fabric_mtu": setting(9000, Key(int, "use a whole number", between(1280, 9216, "use an MTU between 1280 and 9216 (9000 for jumbo frames)")),
+                          "the rails' MTU"),
+    "netplan_path": setting("/etc/netplan/40-dual-spark.yaml", text(netplan_file), "the deploy's netplan file of the rails"),
+    "expected_link_speed_mbps": setting(200000, Key(int, "use a whole number", between(1000, 800_000, "use the link speed in Mb/s, 1000 to 800000 (200000 for a CX-7 port)")),
+                                        "the speed each rail must show"),
+    # Host preparation
+    "host_packages": setting(["rsync", "iperf3", "perftest", "rdma-core", "ibverbs-utils", "infiniband-diags", "python3-venv"],
+                             Key(list, "use a list of Debian package names",
+                                 item=text(matching(DEBIAN_PACKAGE, "use a Debian package name (lower-case letters, digits, '+.-')"))),
+                             "the packages every node gets"),
+    "memlock_limits_path": setting("/etc/security/limits.d/99-rdma.conf",
+                                   text(file_under("/etc/security/limits.d", ".conf", "/etc/security/limits.d/99-rdma.conf")),
+                                   "the unlimited memlock of the deploy user (RDMA)"),
+    "memlock_systemd_path": setting("/etc/systemd/system.conf.d/90-rdma-memlock.conf",
+                                    text(file_under("/etc/systemd/system.conf.d", ".conf", "/etc/systemd/system.conf.d/90-rdma-memlock.conf")),
+                                    "the unlimited memlock of systemd's services (Docker)"),
+    "userns_sysctl_path": setting("/etc/sysctl.d/60-apparmor-userns.conf",
+                                  text(file_under("/etc/sysctl.d", ".conf", "/etc/sysctl.d/60-apparmor-userns.conf")),
+                                  "the sysctl that lifts AppArmor's restriction on unprivileged user namespaces"),
+    "reboot_worker": setting(False, flag(), "true: a worker given a new machine id is rebooted, so that every service picks it up"),
+    # Verification
+    "memory_floor_gib": setting(95, Key(float, "use a number", above(0, 128, "use a number of GiB above 0 and at most 128")),
+                                "the GPU memory (GiB) each node must have available for vLLM"),
+    # Observability (docs/observability.md): Prometheus on the head, a node exporter and the deploy's
+    # collector on every node, the rules and dashboards. Nothing is removed when it is off.
+    "observability": setting(True, flag(), "false: none of the observability is installed or changed"),
+    "prometheus_port": setting(9090, daemon_port("Prometheus"), "Prometheus, on the head's loopback: reach it through the SSH tunnel"),
+    "prometheus_retention_days": setting(15, positive(3650, "keep 1 to 3650 days of samples (15 by default)"),
+                                         "samples older than this are dropped..."),
+    "prometheus_retention_gib": setting(8, positive(1024, "cap the samples at 1 to 1024 GiB (8 by default): Prometheus drops the oldest beyond it"),
+                                        "...and the oldest too once the store is this big: it never fills the disk"),
+    "node_exporter_port": setting(9100, daemon_port("the node exporter"), "on each node's rail 0 address, never the management LAN"),
+    "metrics_interval_seconds": setting(15, Key(int, "use a whole number", between(5, 300, "scrape every 5 to 300 seconds (15 by default)")),
+                                        "how often Prometheus scrapes and the collector reads"),
+    "heal_margin_seconds": setting(120, positive(86_400, "allow a heal 1 to 86400 seconds beyond 1.5 times the last start (120 by default)"),
+                                   "a heal is expected within 1.5 times the head's last start plus this: DualSparkApiDown warns until then, pages after"),
+    # Objectives (docs/observability.md#objectives), each watched by burn-rate alerts. The fastest burn
+    # the alerts page on is 14.4 times the budget: a budget above 1/14.4 could never page.
+    "slo_error_ratio": setting(0.01, Key(float, "use a number", between(0.0001, 0.05, "allow 0.0001 to 0.05 of requests to fail (0.01 by default)")),
+                               "at most this share of requests fail (a 5xx from the door, or vLLM ending one in error)"),
+    "slo_ttft_seconds": setting(10.0, Key(float, "use a number", bucket_bound(TTFT_BUCKETS, "time to first token")),
+                                "the first token within this long (a bucket bound of vLLM's histogram)..."),
+    "slo_ttft_target": setting(0.95, Key(float, "use a number", between(0.95, 0.9999, "owe 0.95 to 0.9999 of requests their first token in time (0.95 by default)")),
+                               "...for at least this share of requests"),
+    "slo_itl_seconds": setting(0.2, Key(float, "use a number", bucket_bound(ITL_BUCKETS, "inter-token latency")),
+                               "each next token within this long of the one before (a bucket bound)..."),
+    "slo_itl_target": setting(0.95, Key(float, "use a number", between(0.95, 0.9999, "owe 0.95 to 0.9999 of tokens their time (0.95 by default)")),
+                              "...for at least this share of tokens"),
+    "grafana_image": setting("", text(lambda v: None if v == "" or DIGEST_REF.fullmatch(v) else
+                                      "pin Grafana by digest, e.g. grafana/grafana-oss@sha256:<64 hex> (docker buildx imagetools inspect "
+                                      "grafana/grafana-oss:TAG shows it), or \"\" for no Grafana"),
+                             "Grafana on the head, on loopback, pinned by digest, with the deploy's dashboards; \"\": no Grafana"),
+    "grafana_port": setting(3000, daemon_port("Grafana"), "Grafana, on the head's loopback"),
 }
+
+SETTINGS_PAGE = """# Settings
+
+Every setting a site may change under `[settings]` in `site.toml` (or for one run with
+`pyinfra ... --data key=value`), with its default and what it is. A value out of bounds is refused
+before any host is contacted, naming the setting and the fix. This page is written from the
+settings' one declaration, `SETTINGS` in site_schema.py: edit that, then
+`.venv/bin/python -c 'import site_schema; print(site_schema.settings_page(), end="")' > docs/settings.md`.
+
+| setting | default | what it is |
+|---|---|---|
+"""
+
+
+def toml_value(value) -> str:
+    """A default as a site file writes it: JSON's strings, numbers, booleans and arrays are TOML."""
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{name} = {toml_value(item)}" for name, item in value.items()) + "}"
+    if isinstance(value, list):
+        return "[" + ", ".join(toml_value(item) for item in value) + "]"
+    return json.dumps(value)
+
+
+def settings_page() -> str:
+    """docs/settings.md: each setting, its default and what it is."""
+    rows = []
+    for name, key in SETTINGS.items():
+        doc = key.doc.replace("|", r"\|")
+        rows.append(f"| `{name}` | `{toml_value(key.default)}` | {doc} |")
+    return SETTINGS_PAGE + "\n".join(rows) + "\n"
+
 
 # pyinfra connector keys a `--data` may set: connection details live in the site file, per node.
 CONNECTOR = {

@@ -8,8 +8,8 @@ REPO = Path(__file__).resolve().parents[1]
 # The floors, lowest first: what a module may import is on its floor or below. The node programs
 # (files/dual_spark) import only themselves; the lab sits beside the product, never under it.
 FLOORS = {
-    "layout": 1, "cluster": 1, "states": 1, "files": 1, "dual_spark": 1,
-    "site_schema": 2, "programs": 2, "facts": 2,
+    "layout": 1, "site_schema": 1, "cluster": 1, "states": 1, "files": 1, "dual_spark": 1,
+    "programs": 2, "facts": 2,
     "checks": 3, "serving_data": 3,
     "site_config": 4, "operations": 4,
     "tasks": 5, "bench": 5, "inventory": 5, "config": 5, "deploy": 5, "group_data": 5,

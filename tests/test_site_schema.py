@@ -5,10 +5,11 @@ are refused naming it or accepted, never a traceback.
 The documents are TOML text that load_site reads as it reads a file (SiteText: the disk left
 out); tests/test_site_config.py and the unreadable and deep files below read real files."""
 
+import dataclasses
 import json
 import pickle
 import tomllib
-from pathlib import PosixPath
+from pathlib import Path, PosixPath
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -17,8 +18,11 @@ from hypothesis import strategies as st
 import serving_data
 import site_config
 import site_schema as schema
+from cluster import Settings
 from site_config import SiteError, default_settings, load_site
 from tests.test_site_config import GOOD_SITE
+
+REPO = Path(__file__).resolve().parents[1]
 
 GOOD = tomllib.loads(GOOD_SITE.format(port=22))
 THIRD = {"hostname": "spark-c", "ssh_host": "127.0.0.3",
@@ -122,8 +126,16 @@ def test_a_third_node_is_taken_through_a_switch():
 
 def test_every_default_setting_is_declared_and_valid():
     defaults = default_settings()
-    assert set(defaults) == set(schema.SETTINGS)
+    assert set(defaults) == set(schema.SETTINGS) == {field.name for field in dataclasses.fields(Settings)}
     load(with_("settings", defaults))
+    assert all(key.doc for key in schema.SETTINGS.values()), "a setting says what it is"
+
+
+def test_the_settings_page_is_written_from_the_declarations():
+    """docs/settings.md is the schema's own page: a setting added, changed or documented there
+    and not written out fails here (the page names the command that writes it)."""
+    assert (REPO / "docs/settings.md").read_text() == schema.settings_page()
+    assert schema.settings_page().count("\n| `") == len(schema.SETTINGS)
 
 
 # (what a user wrote, the field the message must name)
@@ -279,7 +291,7 @@ PLACES = (
 
 @pytest.fixture
 def defaults_read_once(monkeypatch):
-    """The loader's defaults (group_data/settings.py and serving.toml), read once for the
+    """The loader's defaults (site_schema.SETTINGS and serving.toml), read once for the
     thousands of examples below, each load getting its own copy as from a fresh read: what an
     example varies is the site, and every other test reads the defaults from disk."""
     settings_read, serving_read = pickle.dumps(default_settings()), pickle.dumps(serving_data.defaults())
