@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import yaml
 
-from checks import FAIL, PASS, Check
+from checks import FAIL, PASS, WARN, Check
 from layout import CONTAINER, LABELS
 
 LOGS = f"docker logs --tail 50 {CONTAINER}"
@@ -41,6 +41,12 @@ def api_checks(name: str, host: str, port: int, api: dict, listening: list[str])
     where = f"{host}:{port}"
     if api["ok"]:
         checks = [Check(name, "API", PASS, f"generates tokens at {where} as {api['model']} (max model len {api['max_model_len']})")]
+    elif api.get("busy"):
+        work = api["busy"]
+        checks = [Check(name, "API", WARN, f"no token for the probe, but busy, not hung: the engine finished steps on "
+                                           f"{work['running']} running and {work['waiting']} waiting request(s) meanwhile ({api['error']})",
+                        "nothing, if the pair is in use (a profile that serves one request at a time answers the probe after "
+                        "the request before it): run tasks/verify.py again when it is idle")]
     else:
         checks = [Check(name, "API", FAIL, api["error"] or "no token generated",
                         f"`{LOGS}` on every node; if a worker died, the deploy restarts every node (workers first)")]

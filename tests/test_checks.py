@@ -183,6 +183,16 @@ def test_the_api_rows_say_whether_a_token_came_back_and_where_it_listens():
     assert checks["API exposure"].status == FAIL and "198.51.100.11" in checks["API exposure"].detail
 
 
+def test_an_api_busy_with_a_long_request_warns_and_one_that_stands_still_fails():
+    """fast serves one request at a time: the probe waits behind a long one and gets no token in
+    time. The engine moving meanwhile (health's busy) is a warning; standing still, a failure."""
+    timed_out = {"ok": False, "model": "tiny", "max_model_len": 512, "error": "no answer at http://127.0.0.1:8888: timed out"}
+    busy = api_checks_for({**timed_out, "busy": {"running": 1, "waiting": 0}}, ["127.0.0.1"])["API"]
+    assert busy.status == WARN and "1 running and 0 waiting" in busy.detail and "timed out" in busy.detail
+    assert "again when it is idle" in busy.fix
+    assert api_checks_for({**timed_out, "busy": None}, ["127.0.0.1"])["API"].status == FAIL
+
+
 FOUR = site("lab-four")
 
 

@@ -1,6 +1,8 @@
 """Is the multi-node vLLM serving? Generates one token through the API with its key: `/health`
 answers 200 for minutes after a worker died, so only a generated token proves every rank
-works. Prints one JSON line (never the key); exits 0 when a token came back. With --metrics it
+works. Prints one JSON line (never the key); exits 0 when a token came back. When none did while
+the engine finished steps on requests running or waiting, the line says it is busy (a long
+request holds a profile that serves one at a time), not hung. With --metrics it
 also reads vLLM's /metrics: the speculative-decoding counters since the start (None where the
 profile does not speculate) and the requests running and waiting.
 
@@ -24,6 +26,31 @@ COUNTERS = {"vllm:spec_decode_num_drafts_total": "drafts", "vllm:spec_decode_num
 GAUGES = {"vllm:num_requests_running": "running", "vllm:num_requests_waiting": "waiting"}
 
 
+PROGRESS = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
+            "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total")
+WAITING = ("vllm:num_requests_running", "vllm:num_requests_waiting")
+
+
+def engine_state(url: str) -> dict[str, float] | None:
+    """PROGRESS from /metrics, each summed over its engines; None when it does not answer. vLLM
+    sets them from each step the engine finishes, so any change is a finished step: a chunk of a
+    prefill moves the KV cache's use, a token the counters. A frozen step changes none."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    state = dict.fromkeys(PROGRESS, 0.0)
+    for line in text.splitlines():
+        name = line.partition("{")[0].partition(" ")[0]
+        if name in state:
+            try:
+                state[name] += float(line.rsplit(" ", 1)[-1])
+            except ValueError:
+                continue
+    return state
+
+
 def call(url: str, key: str, path: str, body: dict | None, timeout: float) -> tuple[int, dict]:
     request = urllib.request.Request(url + path, data=json.dumps(body).encode() if body is not None else None,
                                      headers={"Authorization": f"Bearer {key}", "Content-Type": "application/json"})
@@ -39,7 +66,7 @@ def call(url: str, key: str, path: str, body: dict | None, timeout: float) -> tu
 
 
 def probe(url: str, key: str, timeout: float) -> dict:
-    reading = {"ok": False, "model": None, "max_model_len": None, "status": None, "error": None}
+    reading = {"ok": False, "model": None, "max_model_len": None, "status": None, "error": None, "busy": None}
     try:
         status, models = call(url, key, "/v1/models", None, timeout)
         reading["status"] = status
@@ -82,6 +109,14 @@ def metrics(url: str, timeout: float) -> dict | None:
             **{key: int(found[key]) if key in found else None for key in GAUGES.values()}}
 
 
+def busy(before: dict | None, after: dict | None) -> dict | None:
+    """What the engine was working on while the probe got no token: requests running or waiting,
+    and a step finished meanwhile (busy, not hung); None when it did not move."""
+    if before is None or after is None or before == after or not sum(after[name] for name in WAITING):
+        return None
+    return {"running": int(after["vllm:num_requests_running"]), "waiting": int(after["vllm:num_requests_waiting"])}
+
+
 def main(argv: list[str], prog: str) -> None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", default="http://127.0.0.1:8888")
@@ -94,9 +129,12 @@ def main(argv: list[str], prog: str) -> None:
         key = read_secret(args.key_file, "the API key file", KEY_FIX)
     except SecretError as error:
         sys.exit(f"health: {error}")
-    started = time.monotonic()
+    url, started = args.url.rstrip("/"), time.monotonic()
     while True:
-        reading = probe(args.url.rstrip("/"), key, args.timeout)
+        before = engine_state(url)
+        reading = probe(url, key, args.timeout)
+        if not reading["ok"]:
+            reading["busy"] = busy(before, engine_state(url))
         if reading["ok"] or time.monotonic() - started >= args.wait:
             break
         time.sleep(2)

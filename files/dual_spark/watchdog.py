@@ -60,6 +60,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 from . import planned
+from .health import WAITING, engine_state
 
 FAILURES_TO_RESTART = 2
 WORKER_SILENCE = 5  # unanswered polls of a worker's watchdog, about 1 s apart
@@ -177,31 +178,6 @@ def generates(url: str, key: str) -> bool:
         return answer.get("usage", {}).get("completion_tokens", 0) >= 1
     except (OSError, ValueError, KeyError, IndexError):
         return False
-
-
-PROGRESS = ("vllm:num_requests_running", "vllm:num_requests_waiting", "vllm:kv_cache_usage_perc",
-            "vllm:prompt_tokens_total", "vllm:generation_tokens_total", "vllm:num_preemptions_total")
-WAITING = ("vllm:num_requests_running", "vllm:num_requests_waiting")
-
-
-def engine_state(url: str) -> dict[str, float] | None:
-    """PROGRESS from /metrics, each summed over its engines; None when it does not answer. vLLM
-    sets them from each step the engine finishes, so any change is a finished step: a chunk of a
-    prefill moves the KV cache's use, a token the counters. A frozen step changes none."""
-    try:
-        with urllib.request.urlopen(url + "/metrics", timeout=10) as response:
-            text = response.read().decode()
-    except OSError:
-        return None
-    state = dict.fromkeys(PROGRESS, 0.0)
-    for line in text.splitlines():
-        name = line.partition("{")[0].partition(" ")[0]
-        if name in state:
-            try:
-                state[name] += float(line.rsplit(" ", 1)[-1])
-            except ValueError:
-                continue
-    return state
 
 
 def watch_progress(args, serving: threading.Event, asking: threading.Event) -> None:

@@ -5,6 +5,7 @@ import json
 import subprocess
 import sys
 import threading
+import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
@@ -26,7 +27,7 @@ vllm:num_requests_waiting{engine="0",model_name="tiny"} 0.0
 @pytest.fixture(scope="module")
 def api():
     """vLLM's API: it generates for the right key and refuses any other with 401."""
-    served = {"metrics": METRICS}
+    served = {"metrics": METRICS, "hold": 0.0, "steps": 0}
 
     class Handler(BaseHTTPRequestHandler):
         def log_message(self, *args):
@@ -41,7 +42,8 @@ def api():
 
         def do_GET(self):
             if self.path == "/metrics":
-                self.reply(200, served["metrics"])
+                served["steps"] += served["moving"] if "moving" in served else 0  # each look sees a step more when it moves
+                self.reply(200, served["metrics"] + f"vllm:generation_tokens_total {served['steps']}.0\n")
             elif self.headers["Authorization"] != f"Bearer {KEY}":
                 self.reply(401, json.dumps({"error": "Unauthorized"}))
             else:
@@ -49,6 +51,7 @@ def api():
 
         def do_POST(self):
             self.rfile.read(int(self.headers["Content-Length"]))
+            time.sleep(served["hold"])  # a request before the probe's holds the engine this long
             self.reply(200, json.dumps({"usage": {"completion_tokens": 1}}))
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
@@ -59,7 +62,7 @@ def api():
 
 def test_a_generated_token_is_the_proof(api):
     url, _ = api
-    assert health.probe(url, KEY, 5) == {"ok": True, "model": "tiny", "max_model_len": 512, "status": 200, "error": None}
+    assert health.probe(url, KEY, 5) == {"ok": True, "model": "tiny", "max_model_len": 512, "status": 200, "error": None, "busy": None}
     refused = health.probe(url, "another", 5)
     assert not refused["ok"] and refused["error"] == "/v1/models answered 401: the API key is not the one on the head"
 
@@ -94,3 +97,21 @@ def test_a_key_file_that_is_a_link_is_refused_before_the_api_is_asked(api, tmp_p
                             capture_output=True, text=True, timeout=30)
     assert result.returncode == 1 and result.stdout == "" and KEY not in result.stderr
     assert result.stderr.startswith(f"health: the API key file {tmp_path / 'api-key'} is a symbolic link. Fix: remove it")
+
+
+@pytest.mark.parametrize("moving", [1, 0], ids=["busy", "hung"])
+def test_no_token_while_the_engine_moves_is_busy_and_while_it_stands_still_is_not(api, tmp_path, moving):
+    """A probe that gets no token in time fails either way (exit 1); the line says busy, with the
+    requests running and waiting, only when the engine finished a step meanwhile."""
+    url, served = api
+    (tmp_path / "api-key").write_text(KEY + "\n")
+    served.update(hold=3.0, moving=moving)
+    try:
+        result = subprocess.run([sys.executable, str(ARCHIVE), "health", "--url", url, "--key-file", str(tmp_path / "api-key"),
+                                 "--timeout", "1"], capture_output=True, text=True, timeout=30)
+    finally:
+        served.update(hold=0.0)
+        served.pop("moving")
+    reading = json.loads(result.stdout)
+    assert result.returncode == 1 and not reading["ok"] and "timed out" in reading["error"]
+    assert reading["busy"] == ({"running": 2, "waiting": 0} if moving else None)
