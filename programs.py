@@ -5,6 +5,7 @@ only (entries sorted, stored, with a fixed time and mode): the same sources, the
 
 from __future__ import annotations
 
+import ast
 import hashlib
 import io
 import zipfile
@@ -52,6 +53,24 @@ def built() -> bytes:
     return archive(sources())
 
 
-def digest(*modules: str) -> str:
-    """SHA-256 of modules of the package, as shipped, one after the other (``watchdog.py``)."""
-    return hashlib.sha256("".join(sources()[f"dual_spark/{module}"] for module in modules).encode()).hexdigest()
+def runs(module: str) -> list[str]:
+    """``module`` of the package and every module of it that it imports, directly or through
+    another, each once: breadth first, each module's in the order of their names (the package
+    imports only itself, by relative imports)."""
+    found, pending = [], [module]
+    while pending:
+        name = pending.pop(0)
+        if name in found:
+            continue
+        found.append(name)
+        imported = set()
+        for node in ast.walk(ast.parse(sources()[f"dual_spark/{name}"])):
+            if isinstance(node, ast.ImportFrom) and node.level == 1:
+                imported |= {f"{node.module}.py"} if node.module else {f"{alias.name}.py" for alias in node.names}
+        pending += sorted(imported)
+    return found
+
+
+def digest(module: str) -> str:
+    """SHA-256 of what ``module`` runs (``runs``), as shipped: a change to any of it changes it."""
+    return hashlib.sha256("".join(sources()[f"dual_spark/{name}"] for name in runs(module)).encode()).hexdigest()

@@ -755,6 +755,7 @@ SETTINGS = {
     "grafana_port": setting(3000, daemon_port("Grafana"), "Grafana, on the head's loopback"),
 }
 
+BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 SETTINGS_PAGE = """# Settings
 
 Every setting a site may change under `[settings]` in `site.toml` (or for one run with
@@ -769,9 +770,11 @@ settings' one declaration, `SETTINGS` in site_schema.py: edit that, then
 
 
 def toml_value(value) -> str:
-    """A default as a site file writes it: JSON's strings, numbers, booleans and arrays are TOML."""
+    """A value as a site file writes it: JSON's strings, numbers, booleans and arrays are TOML;
+    tables inline, a key bare where TOML allows it."""
     if isinstance(value, dict):
-        return "{" + ", ".join(f"{name} = {toml_value(item)}" for name, item in value.items()) + "}"
+        keys = [name if BARE_KEY.fullmatch(name) else json.dumps(name) for name in value]
+        return "{ " + ", ".join(f"{key} = {toml_value(item)}" for key, item in zip(keys, value.values())) + " }"
     if isinstance(value, list):
         return "[" + ", ".join(toml_value(item) for item in value) + "]"
     return json.dumps(value)

@@ -15,7 +15,6 @@ no profile uses it, so no deploy builds it until a profile names it."""
 
 from __future__ import annotations
 
-import json
 import resource
 from pathlib import Path
 
@@ -31,22 +30,14 @@ from lab.config import (
     lab_nodes,
     rdma_of,
 )
+from site_schema import toml_value
 
 PROFILES = ("adaptive", "fast", "long-c4")
 LAB_WINDOW = 65536  # the tiny model's position limit; its KV cache is 2 KiB a token
 
 
-def toml(value) -> str:
-    """A TOML value: JSON's strings, numbers, booleans and arrays are TOML; tables become inline."""
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{key} = {toml(item)}" for key, item in value.items()) + " }"
-    if isinstance(value, list):
-        return "[" + ", ".join(toml(item) for item in value) + "]"
-    return json.dumps(value)
-
-
 def table(name: str, values: dict) -> list[str]:
-    return [f"[{name}]", *(f"{key} = {toml(value)}" for key, value in values.items()), ""]
+    return [f"[{name}]", *(f"{key} = {toml_value(value)}" for key, value in values.items()), ""]
 
 
 def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = None, topology: str = "direct",

@@ -213,7 +213,7 @@ def observability_settings(cluster: Cluster, hostname: str) -> ObservabilitySett
     files = {
         UNIT_FILES["node_exporter"]: render("observability/node-exporter.conf.j2", address=node.fabric_addresses[0],
                                             port=settings.node_exporter_port, textfile_dir=TEXTFILE_DIR),
-        UNIT_FILES["collector"]: render("observability/dual-spark-metrics.service.j2", interval=interval, digest=digest("metrics.py", "atomic.py", "planned.py")[:16],
+        UNIT_FILES["collector"]: render("observability/dual-spark-metrics.service.j2", interval=interval, digest=digest("metrics.py")[:16],
                                         programs=where["programs"], textfile=TEXTFILE, role=node.role,
                                         watchdog_state=f"{where['serving']}/{node.role}-starts", planned=where["planned"],
                                         stack_dir=settings.stack_dir,

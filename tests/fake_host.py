@@ -30,6 +30,7 @@ from pyinfra.context import ctx_host, ctx_inventory, ctx_state
 from cluster import Cluster
 from facts.node import NodeState
 from site_config import inventory_groups, load_site
+from site_schema import toml_value
 
 REPO = Path(__file__).resolve().parents[1]
 SITES = REPO / "tests" / "sites"
@@ -162,15 +163,6 @@ def merged(base, patch, folder: Path):
     return out
 
 
-def toml(value) -> str:
-    """A TOML value, tables inline."""
-    if isinstance(value, dict):
-        return "{ " + ", ".join(f"{json.dumps(key)} = {toml(item)}" for key, item in value.items()) + " }"
-    if isinstance(value, list):
-        return "[" + ", ".join(toml(item) for item in value) + "]"
-    return json.dumps(value)
-
-
 def site(name: str, settings: dict | None = None, tables: dict | None = None) -> Cluster:
     """The cluster of tests/sites/<name>.toml, parsed as the inventory parses a site: ``tables``
     laid over the file's tables (merged as a case's patch), ``settings`` given as --data."""
@@ -185,7 +177,7 @@ def _site(name: str, settings: str, tables: str) -> Cluster:
     raw = merged(tomllib.loads(path.read_text()), json.loads(tables), SITES)
     with tempfile.TemporaryDirectory() as directory:
         patched = Path(directory) / path.name
-        patched.write_text("".join(f"{json.dumps(key)} = {toml(value)}\n" for key, value in raw.items()))
+        patched.write_text("".join(f"{json.dumps(key)} = {toml_value(value)}\n" for key, value in raw.items()))
         return load_site(patched, json.loads(settings))
 
 

@@ -18,7 +18,8 @@ import pytest
 from lab.config import LAB_DIR
 from lab.core import Lab
 from lab.lock import LabLock
-from lab.site import table, toml
+from lab.site import table
+from site_schema import toml_value
 from tests.net import free_port
 
 REPO = Path(__file__).resolve().parents[2]
@@ -46,7 +47,7 @@ def site_variant(directory: Path, model: dict | None = None, **settings) -> Path
     text = SITE.read_text()
     if model is not None:
         text = re.sub(r"\[model\]\n(?:.+\n)*", "\n".join(table("model", model)) + "\n", text)
-    text = text.replace("[settings]\n", "[settings]\n" + "".join(f"{k} = {toml(v)}\n" for k, v in settings.items()), 1)
+    text = text.replace("[settings]\n", "[settings]\n" + "".join(f"{k} = {toml_value(v)}\n" for k, v in settings.items()), 1)
     path = directory / "site.toml"
     path.write_text(text)
     return path

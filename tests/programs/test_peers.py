@@ -12,14 +12,8 @@ import time
 import pytest
 
 from tests.programs import ARCHIVE
+from tests.test_runtime_commands import SUDO
 
-SUDO = f"""#!{sys.executable}
-import os, sys
-args = sys.argv[1:]
-while args[0] in ("-n", "-u"):
-    args = args[1:] if args[0] == "-n" else args[2:]
-os.execvp(args[0], args)
-"""
 SSH = f"""#!{sys.executable}
 import os, sys
 args = sys.argv[1:]
