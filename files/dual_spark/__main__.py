@@ -10,6 +10,7 @@
     smoke     a runtime image's smoke test on this node: `import vllm`, its result recorded
     door      the front door's side of a planned stop: vLLM drained, stopped, made ready
     planned   a deploy's planned work marked on the head while it stops or restarts serving
+    own       the deploy's own directories: claimed, guarded, a model entry or caches made, secrets sealed
 
 `PROGRAM --help` tells each one's arguments.
 """
@@ -22,7 +23,7 @@ import sys
 
 PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "watchdog": "watchdog", "metrics": "metrics",
             "stack": "stack", "smoke": "smoke", "door": "door",
-            "planned": "planned"}
+            "planned": "planned", "own": "own"}
 
 
 def main() -> None:
