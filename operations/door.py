@@ -81,7 +81,7 @@ def keyed(settings: DoorSettings, keys: dict):
     for name in sorted(wanted - have):
         show_line(f"Will make a key for client {name} on the head, never shown: `python -m clients --client {name}` writes its configuration")
     if wanted - have:
-        commands.append(StringCommand(claimed(settings.state_dir, "state_dir"), "&&", "install", "-d", "-m", "700", "-o", settings.deploy_user,
+        commands.append(StringCommand(claimed(settings.programs, settings.state_dir, "state_dir"), "&&", "install", "-d", "-m", "700", "-o", settings.deploy_user,
                                       "-g", settings.deploy_user, QuoteString(settings.clients_dir)))
         for name in sorted(wanted - have):
             key = QuoteString(f"{settings.clients_dir}/{name}.key")

@@ -2,13 +2,16 @@
 only what differs uploaded or changed. A configuration file shows its full diff; a program the
 project ships (a script, or a zipapp of many) shows one line (its full diff on request, a
 zipapp's file by file). The directories the site names are
-claimed first (operations/own.py): nothing is written in one that is not the deploy's."""
+claimed first (operations/own.py): nothing is written in one that is not the deploy's. The claim
+is the shipped program's, which is not yet in state_dir then: when the claim changes anything, the
+archive is put first in root's run directory (``CLAIMER``) and run from there."""
 
 from __future__ import annotations
 
 import hashlib
 import posixpath
 import zipfile
+from io import BytesIO
 from pathlib import Path
 from typing import IO
 
@@ -19,11 +22,14 @@ from pyinfra.facts.files import FileContents
 
 from cluster import Cluster
 from facts.host_prep import ArchiveFiles, FileInfo, ManagedPaths
-from layout import MANAGED_HEADER, paths
+from layout import MANAGED_HEADER, RUN_DIR, paths
 from operations.own import NAMES, Claim, claim_command, deploy_directories, plan, reading_paths
 from operations.readings import Reading, plans, read
 from operations.render import show_diff, show_line
 from operations.upload import upload
+from programs import built
+
+CLAIMER = f"{RUN_DIR}/dual-spark.pyz"  # the archive the claim runs from, before it is in state_dir
 
 
 @plans
@@ -166,7 +172,8 @@ def managed_files(programs: list[tuple[str | IO[bytes], str, str]], directories:
         for line in claiming.lines:
             show_line(line)
         if claiming.changes:
-            changes.append(claim_command(claims, claiming.owned))
+            changes += [*upload(BytesIO(built()), CLAIMER), StringCommand("chown", "root:root", CLAIMER),
+                        StringCommand("chmod", "644", CLAIMER), claim_command(claims, claiming.owned, CLAIMER)]
     changes += put_programs(programs, current["files"]["files"], show_program_diffs)
     if not changes:
         host.noop("up to date: " + ", ".join([Path(dest).name for _, dest, _ in programs] + [claim.path for claim in claims]))

@@ -416,7 +416,7 @@ def grafana_running(settings: ObservabilitySettings):
             staged = GRAFANA_STAGING + path[len(settings.grafana_dir):]
             commands += upload(BytesIO(text.encode()), staged)
         commands.append(StringCommand("docker", "compose", "-f", f"{GRAFANA_STAGING}/compose.yaml", "config", "-q"))
-        commands.append(StringCommand(claimed(settings.stack_dir, "stack_dir"), "&&", "rm", "-rf", QuoteString(settings.grafana_dir), "&&",
+        commands.append(StringCommand(claimed(settings.programs, settings.stack_dir, "stack_dir"), "&&", "rm", "-rf", QuoteString(settings.grafana_dir), "&&",
                                       "cp", "-r", GRAFANA_STAGING, QuoteString(settings.grafana_dir), "&&", "chmod", "-R", "go-w,a+rX",
                                       QuoteString(settings.grafana_dir), "&&", "rm", "-rf", GRAFANA_STAGING))
     if changed or reading["grafana"] is None or reading["grafana"]["container"] != "running":

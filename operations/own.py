@@ -1,7 +1,8 @@
 """The deploy's own directories on a node (state_dir, model_dir, stack_dir): nothing that exists
 without the deploy's marker has its owner, mode or contents changed, and a marker proves nothing
-without its owner. One shell command checks and acts: each directory from
-``site_schema.own_top`` down to the path either exists as a real directory (no symbolic link on
+without its owner. The head reads them (ManagedPaths) and plans; the shipped program
+(files/dual_spark/own.py) checks again on the node and acts, one call quoted once: each directory
+from ``site_schema.own_top`` down to the path either exists as a real directory (no symbolic link on
 the way) that only root and the deploy user can change, holding the marker of one of them, or is
 made (one level at a time, in a parent that exists and that, with every directory above it up to
 one of root's, no one else can change) and marked; only then is the final directory given its
@@ -11,12 +12,12 @@ site's parse is the first line (the path rule); this is the second, on the node.
 from __future__ import annotations
 
 import posixpath
-import shlex
 from dataclasses import dataclass
 
 from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand
 
+from files.dual_spark.refusals import OPEN_TO_OTHERS, SECRET_MODES, foreign, no_parent, not_ours, not_real, secret_fix
 from layout import MANAGED_MARKER
 from site_schema import SECRETS_HOME, own_top
 
@@ -24,30 +25,11 @@ from site_schema import SECRETS_HOME, own_top
 # a directory, root-owned and not a link, is adopted (marked) instead of refused.
 LEGACY = {"state_dir": ("bin/model_sync.py",), "stack_dir": ("compose.yaml", "launch.sh")}
 NAMES = [MANAGED_MARKER, *dict.fromkeys(name for names in LEGACY.values() for name in names)]
-MARKER_TEXT = "Made or adopted by the dual-spark deploy, which may change what is in this directory."
-# Where a directory's mode lets someone other than its owner write (group or others): octal 022.
-OPEN_TO_OTHERS = 0o022
 
 
-def checks(owner: str = "root") -> str:
-    """The shell functions of the checks, trusting root and ``owner`` (the user a claim gives its
-    directory) and no one else: refuse with a message; refuse a path (with the site fields that
-    name it) naming its owner and mode, as a link, or as not the deploy's; a directory with no
-    link on its way; one only root and ``owner`` can change (theirs, writable
-    by no one else); the directories above one, up to the first of root's (a sticky one of root's,
-    like /tmp, is shared safely); a regular file that is no link; a directory holding the marker,
-    root's or ``owner``'s. And of the act: write the marker."""
-    return ('no() { echo "$1" >&2; exit 1; }; '
-            f'foreign() {{ no "$1 is $(stat -c %U -- "$1")\'s, mode $(stat -c %a -- "$1"): {foreign("$1", "$2", owner)}"; }}; '
-            f'not_real() {{ no "{not_real("$1", "$2")}"; }}; not_ours() {{ no "{not_ours("$1", "$2")}"; }}; '
-            'real() { [ -d "$1" ] && [ ! -L "$1" ] && [ "$(realpath -e -- "$1")" = "$1" ]; }; '
-            f'mine() {{ case "$(stat -c %U -- "$1")" in root|{owner}) ;; *) return 1;; esac; }}; '
-            f'closed() {{ mine "$1" && [ $((0$(stat -c %a -- "$1") & 0{OPEN_TO_OTHERS:o})) -eq 0 ]; }}; '
-            'above() { up="$1"; while mine "$up"; do if [ "$(stat -c %u -- "$up")" = 0 ]; then closed "$up" || [ -k "$up" ]; return; fi; '
-            'closed "$up" || return 1; up=$(dirname -- "$up"); done; return 1; }; '
-            'regular() { [ -f "$1" ] && [ ! -L "$1" ]; }; '
-            f'marked() {{ closed "$1" && regular "$1/{MANAGED_MARKER}" && mine "$1/{MANAGED_MARKER}"; }}; '
-            "mark() { echo " + shlex.quote(MARKER_TEXT) + ' > "$1"; };')
+def own(programs: str, *args: str) -> StringCommand:
+    """A call of the program ``own`` of the archive at ``programs``, each argument quoted once."""
+    return StringCommand("python3", QuoteString(programs), "own", *(QuoteString(arg) for arg in args))
 
 
 @dataclass(frozen=True)
@@ -74,30 +56,6 @@ def levels(path: str) -> list[str]:
         return []
     below = path[len(top):].strip("/").split("/") if path != top else []
     return [top] + [posixpath.join(top, *below[:depth]) for depth in range(1, len(below) + 1)]
-
-
-def not_ours(path: str, fields: str) -> str:
-    return (f"{path} exists and is not the deploy's (no {MANAGED_MARKER}): name another directory in site.toml ({fields}), "
-            f"or, if it is this deploy's, sudo touch {path}/{MANAGED_MARKER}")
-
-
-def not_real(path: str, fields: str, what: str = "is a symbolic link, lies under one, or is not a directory") -> str:
-    return (f"{path} {what}: the deploy follows no link and makes its directories itself. Name a directory of its own, "
-            f"by its real path, in site.toml ({fields})")
-
-
-def no_parent(parent: str, claim: Claim) -> str:
-    return (f"{parent} is not a directory here (or is a symbolic link): {claim.field} = {claim.path} would be made in it. "
-            f"If it is a data disk, mount it (the deploy never makes the mount point of a disk on the root file system); "
-            f"else create it (sudo mkdir {parent}) or name another directory in site.toml ({claim.field})")
-
-
-def foreign(path: str, fields: str, owner: str) -> str:
-    """The fix for a directory someone other than root and ``owner`` can change, after its owner
-    and mode (which the shell's ``foreign`` and ``plan`` name)."""
-    return (f"a user other than root and {owner} can change it, so the deploy writes nothing there and runs nothing "
-            f"from it. Name a directory of the deploy's own in site.toml ({fields}), or, if it is yours to give: "
-            f"sudo chown root: {path} && sudo chmod go-w {path}")
 
 
 def trusted(info: dict, owner: str, shared: bool = False) -> bool:
@@ -168,10 +126,9 @@ def plan(claims: list[Claim], directories: dict) -> Plan:
     for parent, claim in parents:
         info = directories.get(parent)
         if info is None or info["kind"] != "directory" or info["realpath"] != parent:
-            raise OperationError(f"{host.name}: {no_parent(parent, claim)}")
+            raise OperationError(f"{host.name}: {no_parent(parent, claim.field, claim.path)}")
         if not trusted(info, owner, shared=True):
-            raise OperationError(f"{host.name}: {parent} is {info['owner'].split(':')[0]}'s, mode {info['mode']}: "
-                                 f"{foreign(parent, claim.field, owner)}")
+            raise OperationError(f"{host.name}: {foreign(parent, info['owner'].split(':')[0], info['mode'], claim.field, owner)}")
     result = Plan([], [])
     for level in ordered:
         info = directories.get(level.path) or {"kind": "absent"}
@@ -186,12 +143,11 @@ def plan(claims: list[Claim], directories: dict) -> Plan:
                     else f"lies under a symbolic link (it is {info['realpath']})")
             raise OperationError(f"{host.name}: {not_real(level.path, fields, what)}")
         if not trusted(info, owner):
-            raise OperationError(f"{host.name}: {level.path} is {info['owner'].split(':')[0]}'s, mode {info['mode']}: "
-                                 f"{foreign(level.path, fields, owner)}")
+            raise OperationError(f"{host.name}: {foreign(level.path, info['owner'].split(':')[0], info['mode'], fields, owner)}")
         if MANAGED_MARKER not in info["holds"]:
             earlier = legacy(claim)
             if not (earlier and info["owner"].split(":")[0] == "root" and all(name in info["holds"] for name in earlier)):
-                raise OperationError(f"{host.name}: {not_ours(level.path, fields)}")
+                raise OperationError(f"{host.name}: {not_ours(level.path, fields, MANAGED_MARKER)}")
             result.lines.append(f"Will adopt {level.path} (an earlier version's {' and '.join(earlier)}, root-owned): "
                                 f"mark it {MANAGED_MARKER}")
         if claim is not None and (info["owner"].split(":")[0] != owner or info["mode"] != mode):
@@ -200,74 +156,39 @@ def plan(claims: list[Claim], directories: dict) -> Plan:
     return result
 
 
-def claim_command(claims: list[Claim], owned: list[Claim]) -> StringCommand:
-    """Check every level of every claim, then act: make what is absent (one level at a time) and
-    mark it, mark an earlier version's directory, give the ``owned`` final directories their owner
-    and mode. A refusal exits before anything is changed."""
+def claim_command(claims: list[Claim], owned: list[Claim], programs: str) -> StringCommand:
+    """The program's claim (of the archive at ``programs``): check every level of every claim,
+    then make what is absent (one level at a time) and mark it, mark an earlier version's
+    directory, give the ``owned`` final directories their owner and mode. A refusal comes before
+    anything is changed."""
     parents, ordered = structure(claims)
-    owner = owner_of(claims)
-    parts: list = [checks(owner)]
+    args = ["claim", "--owner", owner_of(claims)]
     for parent, claim in parents:
-        parts += ["real", QuoteString(parent), "||", "no", QuoteString(no_parent(parent, claim)), ";",
-                  "above", QuoteString(parent), "||", "foreign", '"$up"', QuoteString(claim.field), ";"]
+        args += ["--parent", parent, claim.field, claim.path]
     for level in ordered:
-        path, fields, earlier = QuoteString(level.path), ", ".join(level.fields), legacy(level.final)
-        adoptable = ["||", "{", "[", '"$(stat', "-c", "%u", "--", path, ')"', "=", "0", "]", *[
-            piece for name in earlier for piece in ("&&", "regular", QuoteString(f"{level.path}/{name}"))], ";", "}"] if earlier else []
-        parts += ["if", "[", "-e", path, "]", "||", "[", "-L", path, "];", "then",
-                  "real", path, "||", "not_real", path, QuoteString(fields), ";",
-                  "closed", path, "||", "foreign", path, QuoteString(fields), ";",
-                  "marked", path, *adoptable, "||", "not_ours", path, QuoteString(fields), ";", "fi;"]
-    for level in ordered:
-        path, earlier = QuoteString(level.path), legacy(level.final)
-        marker = QuoteString(f"{level.path}/{MANAGED_MARKER}")
-        parts += ["if", "[", "!", "-e", path, "];", "then", "mkdir", "-m", "755", "--", path, "&&", "mark", marker,
-                  "&&", "echo", QuoteString(f"made {level.path}, marked {MANAGED_MARKER}"), "||", "exit", "1;"]
-        if earlier:
-            parts += ["elif", "!", "marked", path, ";", "then", "rm", "-f", "--", marker, "&&", "mark", marker, "&&",
-                      "echo", QuoteString(f"adopted {level.path} (an earlier version's {' and '.join(earlier)}), marked {MANAGED_MARKER}"),
-                      "||", "exit", "1;"]
-        parts += ["fi;"]
-    for claim in owned:  # on the directory itself, entered without a link: no path is resolved again after the check
-        path = QuoteString(claim.path)
-        parts += ["(", "cd", "-P", "--", path, "&&", "[", '"$(pwd -P)"', "=", path, "]", "&&",
-                  "chown", QuoteString(f"{claim.owner}:"), ".", "&&", "chmod", claim.mode, ".", ")", "||", "exit", "1;"]
-    parts += ["true"]
-    return StringCommand(*parts)
+        args += ["--level", level.path, ", ".join(level.fields)]
+        args += [piece for name in legacy(level.final) for piece in ("--legacy", level.path, name)]
+    for claim in owned:
+        args += ["--own", claim.path, claim.owner, claim.mode]
+    return own(programs, *args)
 
 
-def claimed(path: str, field: str, owner: str = "root") -> StringCommand:
-    """Shell that goes on only if ``path`` is a directory the deploy claimed for ``owner`` (real,
+def claimed(programs: str, path: str, field: str, owner: str = "root") -> StringCommand:
+    """A call that goes on only if ``path`` is a directory the deploy claimed for ``owner`` (real,
     only root and ``owner`` can change it, marked by one of them): the guard of a later command
     that writes there as root."""
-    quoted = QuoteString(path)
-    return StringCommand(checks(owner), "{", "real", quoted, "&&", "marked", quoted, "||", "no",
-                         QuoteString(f"{field} {path} is not a directory the deploy claimed (a real directory only root "
-                                     f"and {owner} can change, holding their {MANAGED_MARKER}): run `pyinfra inventory.py tasks/runtime.py`, which makes and marks it"),
-                         ";", "}")
+    return own(programs, "guard", "--dir", path, "--field", field, "--owner", owner)
 
 
-def entry_claimed(store: str, entry: str, user: str) -> StringCommand:
-    """Shell, after ``claimed(store, ..., user)`` (whose functions it uses), that goes on only if
-    ``entry``, a directory of the model store ``store``, is the deploy's: found real, root's or
-    ``user``'s and marked, or made there now by ``user`` and marked. Never a directory someone
-    else made."""
-    quoted = QuoteString(entry)
-    make = f'mkdir -m 755 -- "$1" && echo {shlex.quote(MARKER_TEXT)} > "$1/{MANAGED_MARKER}"'
-    return StringCommand("{", "if", "[", "-e", quoted, "]", "||", "[", "-L", quoted, "];", "then", "real", quoted, "||",
-                         "not_real", quoted, "model_dir;", "closed", quoted, "||", "foreign", quoted, "model_dir;", "marked", quoted, "||",
-                         "not_ours", quoted, "model_dir;", "else", "sudo", "-n", "-u",
-                         QuoteString(user), "sh", "-c", QuoteString(make), "-", quoted, "||", "exit", "1;", "fi;", "}")
+def entry_claimed(programs: str, store: str, entry: str, user: str) -> StringCommand:
+    """A call that goes on only if ``entry``, a directory of the model store ``store`` (claimed
+    for ``user``), is the deploy's: found real, root's or ``user``'s and marked, or made there now,
+    ``user``'s, and marked. Never a directory someone else made."""
+    return own(programs, "entry", "--store", store, "--entry", entry, "--user", user)
 
 
 # The site's secrets (container_secrets): files of root's that only root can read, in directories
 # only root can change, all the way up. The deploy reads who owns them, never what they hold.
-SECRET_MODES = ("600", "400")
-
-
-def secret_fix(path: str) -> str:
-    return f"sudo chown root: {path} && sudo chmod 600 {path}"
-
 
 def secret_refusal(name: str, path: str, info: dict | None) -> str | None:
     """Why the secret file ``path`` (SecretFiles' reading of it) may not be mounted, naming its
@@ -293,46 +214,21 @@ def secret_refusal(name: str, path: str, info: dict | None) -> str | None:
     return None
 
 
-def sealed(secrets: dict[str, str]) -> StringCommand:
-    """Shell that goes on only if every secret file is still as ``secret_refusal`` wants it (the
+def sealed(programs: str, secrets: dict[str, str]) -> StringCommand:
+    """A call that goes on only if every secret file is still as ``secret_refusal`` wants it (the
     guard of the command that mounts them, so no path is trusted from an earlier reading)."""
-    parts: list = [checks("root"),
-                   'secret() { regular "$1" && [ "$(stat -c %u -- "$1")" = 0 ] && case "$(stat -c %a -- "$1")" in '
-                   f'{"|".join(SECRET_MODES)}) ;; *) return 1;; esac && d=$(dirname -- "$1") && real "$d" && '
-                   'while closed "$d"; do [ "$d" = / ] && return 0; d=$(dirname -- "$d"); done; return 1; };']
-    for name, path in sorted(secrets.items()):
-        parts += ["secret", QuoteString(path), "||", "no", QuoteString(
-            f"container_secrets.{name} = {path} is not a regular file of root's, mode 600 or 400, in directories only root can "
-            f"change: nothing was started. Fix: {secret_fix(path)} (and sudo chmod go-w on each directory above it)"), ";"]
-    return StringCommand(*parts)
+    return own(programs, "sealed", *(arg for name, path in sorted(secrets.items()) for arg in ("--secret", name, path)))
 
 
-def cache_kept(state_dir: str, cache: str, named: list[str], owner: str = "root") -> StringCommand:
-    """Shell, before a start, that claims ``cache`` (an image's directory of caches, in the
-    directory of caches under ``state_dir``) and prunes its siblings. Goes on only if state_dir is
-    the deploy's (``claimed``); the directory of caches and ``cache`` each either exist as the
-    deploy's (real, root's, writable by no one else, marked) or are made now and marked; anything
-    else there is refused, nothing changed. Then every other directory there that the deploy made
-    (real and marked) is removed unless the ``named`` stack files (compose.yaml: the stack in place,
-    its previous one, the recorded states') mount it as a ``source:``. A directory without the
-    marker is never removed, whatever its name. ``owner``: the user besides root trusted (root on a
-    node, where root makes them)."""
-    root = posixpath.dirname(cache)
-    parts: list = [claimed(state_dir, "state_dir", owner), "&&"]
-    for path in (root, cache):
-        quoted, marker = QuoteString(path), QuoteString(f"{path}/{MANAGED_MARKER}")
-        parts += ["if", "[", "-e", quoted, "]", "||", "[", "-L", quoted, "];", "then",
-                  "real", quoted, "||", "not_real", quoted, "state_dir;", "closed", quoted, "||", "foreign", quoted, "state_dir;",
-                  "marked", quoted, "||", "not_ours", quoted, "state_dir;",
-                  "else", "mkdir", "-m", "755", "--", quoted, "&&", "mark", marker, "&&",
-                  "echo", QuoteString(f"made {path}, marked {MANAGED_MARKER}"), "||", "exit", "1;", "fi;"]
-    sources = StringCommand("cat", "--", *(QuoteString(path) for path in named), "2>/dev/null", "|", "sed", "-n",
-                            QuoteString("s/^ *source: //p"))
-    parts += ["named=$(", sources, ");",
-              "for", "d", "in", StringCommand(QuoteString(root), "/*", _separator=""), ";", "do",
-              "[", '"$d"', "=", QuoteString(cache), "]", "&&", "continue;",
-              "{", "real", '"$d"', "&&", "marked", '"$d"', ";", "}", "||", "continue;",
-              "printf", "'%s\\n'", '"$named"', "|", "grep", "-qxF", "--", '"$d"', "&&", "continue;",
-              "rm", "-rf", "--", '"$d"', "&&", "echo", '"removed $d: the caches of an image no stack here names"', "||", "exit", "1;",
-              "done"]
-    return StringCommand(*parts)
+def cache_kept(programs: str, state_dir: str, cache: str, named: list[str], owner: str = "root") -> StringCommand:
+    """A call, before a start, that claims ``cache`` (an image's directory of caches, in the
+    directory of caches under ``state_dir``) and prunes its siblings. It goes on only if state_dir
+    is the deploy's (``claimed``); the directory of caches and ``cache`` each either exist as the
+    deploy's (real, only root and ``owner`` can change them, marked) or are made now and marked;
+    anything else there is refused, nothing changed. Then every other directory there that the
+    deploy made (real and marked) is removed unless the ``named`` stack files (compose.yaml: the
+    stack in place, its previous one, the recorded states') mount it as a ``source:``. A directory
+    without the marker is never removed, whatever its name. ``owner``: the user besides root
+    trusted (root on a node, where root makes them)."""
+    return own(programs, "cache", "--state-dir", state_dir, "--cache", cache, *(arg for path in named for arg in ("--named", path)),
+               "--owner", owner)

@@ -341,8 +341,8 @@ def room(name: str, reading: dict) -> str:
 def fetch(model: Model, user: str, where: dict, store: str, entry: str, image: Image, hf_endpoint: str, hf_token_file: str,
           container: dict, rooms: list[str], insecure_http: bool = False) -> FunctionCommand:
     """The model into its directory ``entry`` of the model store ``store`` (the deploy user's,
-    claimed by the first step, operations/own.py, and checked again here), made by the deploy user
-    and marked, or found marked: else nothing happens. Each node's room (``rooms``) is checked
+    claimed by the first step, operations/own.py, and checked again here by ``own entry``), made
+    the deploy user's and marked, or found marked: else nothing happens. Each node's room (``rooms``) is checked
     first, against the source's size or the hub's sizes. From a directory on the head: copied by
     the deploy user (rsync under sudo -u), which first checks, as that user, that the source holds
     a config.json: what it may not read stays unread. From the hub: the fetch program in the
@@ -355,16 +355,17 @@ def fetch(model: Model, user: str, where: dict, store: str, entry: str, image: I
     if model.path:
         source = model.path.rstrip("/")
         readable = StringCommand(
-            "{", *as_user, "test", "-f", QuoteString(f"{source}/config.json"), "||", "no",
+            "{", *as_user, "test", "-f", QuoteString(f"{source}/config.json"), "||", "{", "echo",
             QuoteString(f"model.path = {model.path} is not a model directory {user} may read (no config.json there that "
                         f"{user} can read): nothing was copied. Fix: set model.path to the directory holding the config.json "
-                        f"and the weights of the model, readable by {user}"), ";", "}")
+                        f"and the weights of the model, readable by {user}"), ">&2;", "exit", "1;", "};", "}")
         fits = StringCommand(*as_user, "python3", QuoteString(where["programs"]), "sync", "room", "--source", QuoteString(source),
                              "--store", QuoteString(store), "--what", QuoteString(f"the model in {model.path}"), *room_args)
         copy = [*as_user, "rsync", "-a", "--delete", "--exclude", QuoteString(f"/{OWN_FILES}*"), "--info=progress2",
                 "--no-inc-recursive", QuoteString(source + "/"), QuoteString(entry + "/")]
         return FunctionCommand(streamed, (StringCommand(
-            claimed(store, "model_dir", user), "&&", readable, "&&", fits, "&&", entry_claimed(store, entry, user), "&&",
+            claimed(where["programs"], store, "model_dir", user), "&&", readable, "&&", fits, "&&",
+            entry_claimed(where["programs"], store, entry, user), "&&",
             "python3", QuoteString(where["programs"]), "progress", "run", "--what",
             QuoteString(f"copying the model from {model.path}"), "--", *copy),), {})
     token = StringCommand(
@@ -375,7 +376,7 @@ def fetch(model: Model, user: str, where: dict, store: str, entry: str, image: I
         QuoteString(token_fix(hf_token_file, user, f"a symbolic link, not a regular file, or not owned by {user}") + ": nothing was fetched"),
         ">&2;", "exit", "1;;", "esac;")
     command = StringCommand(
-        token, claimed(store, "model_dir", user), "&&", entry_claimed(store, entry, user), "&&",
+        token, entry_claimed(where["programs"], store, entry, user), "&&",
         "docker", "run", "--rm", "--network", "host", "-e", QuoteString(f"HF_ENDPOINT={hf_endpoint}"),
         *container_args(container, FETCH_ENV),
         "-v", QuoteString(f"{entry}:/model"), "-v", QuoteString(f"{where['programs']}:{IN_CONTAINER['programs']}:ro"), '"$@"',

@@ -108,7 +108,7 @@ def image_supports(settings: StackSettings) -> None:
                    f"speculative_schedule (one based on {settings.profile_name} inherits its schedule), switched with tasks/profile.py" if key == "speculative_schedule" else ""))
 
 
-def install(stack: Stack, reading: dict, stack_dir: str):
+def install(stack: Stack, reading: dict, stack_dir: str, programs: str):
     """Stage both files, check them with the real `docker compose config`, keep the previous
     ones, install into stack_dir only if it is the deploy's (claimed by tasks/runtime.py: a real
     directory holding its marker; never made here). Nothing is installed if a check fails."""
@@ -122,7 +122,7 @@ def install(stack: Stack, reading: dict, stack_dir: str):
                         "config", "-q")
     for name in STACK_FILES:
         target = QuoteString(f"{stack_dir}/{name}")
-        yield StringCommand(claimed(stack_dir, "stack_dir"), "&&", "{", "test", "!", "-f", target, "||", "cp", "-p", target,
+        yield StringCommand(claimed(programs, stack_dir, "stack_dir"), "&&", "{", "test", "!", "-f", target, "||", "cp", "-p", target,
                             StringCommand(target, '.previous', _separator=""), ";", "}", "&&",
                             "install", "-m", "755" if name == "launch.sh" else "644", f"{STAGING}/{name}", target)
     yield StringCommand("rm", "-rf", STAGING)
@@ -201,7 +201,7 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
     head = settings.role == "head"
     files_ok = mine["compose"] == stack.compose.splitlines() and mine["launch"] == stack.launch.splitlines()
     if not files_ok:  # before any other command: pyinfra's check for a change (--dry) stops at the first one
-        yield from install(stack, mine, settings.stack_dir)
+        yield from install(stack, mine, settings.stack_dir, settings.programs)
     if head and not mine["api_key"]:
         key = QuoteString(settings.api_key_file)
         yield StringCommand("umask", "077", "&&", "python3", "-c", QuoteString("import secrets; print(secrets.token_urlsafe(32))"),
@@ -223,7 +223,7 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
     yield StringCommand("rm", "-f", QuoteString(f"{settings.restarts_dir}/{settings.role}-starts"))
     yield cache_kept(settings)
     up = compose(settings.stack_dir, "up", "-d", "--force-recreate", "--remove-orphans", "--timeout", str(STOP_TIMEOUT))
-    yield StringCommand(sealed(settings.secrets), up) if settings.secrets else up
+    yield StringCommand(sealed(settings.programs, settings.secrets), "&&", up) if settings.secrets else up
     if head:
         back, back_what = way_back(stacks, readings, cluster, "served") if rollback else (None, "rollback_on_failure is false")
         yield FunctionCommand(served_or_rolled_back, (

@@ -281,7 +281,7 @@ def cache_kept(settings: StackSettings) -> StringCommand:
     named = [f"{settings.stack_dir}/{compose_file}", f"{settings.stack_dir}/{compose_file}.previous",
              *(f"{settings.stack_dir}/{record}/{compose_file}" for record in RECORDS)]
     state_dir = posixpath.dirname(posixpath.dirname(settings.cache_dir))  # state_dir/cache/KEY
-    return kept(state_dir, settings.cache_dir, named)
+    return kept(settings.programs, state_dir, settings.cache_dir, named)
 
 
 def compose(stack_dir: str, *args: str) -> StringCommand:

@@ -7,11 +7,11 @@ from __future__ import annotations
 import posixpath
 
 from pyinfra import host, logger
-from pyinfra.api import QuoteString, StringCommand, operation
+from pyinfra.api import operation
 
 from cluster import Cluster
 from facts.store import StoreState
-from operations.own import checks
+from operations.own import own
 from operations.peer import reachable, warn_unreachable
 from operations.readings import Reading, plans, read
 
@@ -27,7 +27,7 @@ def readings(cluster: Cluster, name: str) -> list[Reading]:
 
 
 @operation()
-def store_pruned(model_dir: str, stack_dir: str, keep: str, user: str):
+def store_pruned(model_dir: str, stack_dir: str, keep: str, user: str, programs: str):
     """
     On every node, once the head serves: remove each directory of the model store that carries
     the deploy's marker and that no stack file (any ``compose.yaml*`` under ``stack_dir``: the
@@ -35,19 +35,22 @@ def store_pruned(model_dir: str, stack_dir: str, keep: str, user: str):
     directory without the marker, one another user than root and ``user`` can change (or whose
     marker is another's), a link, or a name the store does not give stays; so does every
     directory while a stack file does not read, and what the stack files named when the run
-    planned (its diff lists all it removes). The command checks owner and marker again as it removes.
+    planned (its diff lists all it removes). The program (``own remove``) checks owner and marker
+    again as it removes.
 
     + model_dir: the model store
     + stack_dir: where the stack files are
     + keep: the store's directory of the model the site names (``layout.store_entry``)
     + user: the deploy user, the store's owner
+    + programs: the archive of the programs on the node (``own remove``)
 
     **Example:**
 
     .. code:: python
 
         store_pruned(model_dir="/var/lib/dual-spark/model", stack_dir="/etc/dual-spark",
-                     keep=store_entry("/var/lib/dual-spark/model", cluster.model.source), user="spark")
+                     keep=store_entry("/var/lib/dual-spark/model", cluster.model.source), user="spark",
+                     programs="/var/lib/dual-spark/bin/dual-spark.pyz")
     """
     head = host.data.cluster.head.hostname
     if reachable(head) is None:
@@ -73,8 +76,4 @@ def store_pruned(model_dir: str, stack_dir: str, keep: str, user: str):
         return
     for path in unused:
         host.log(f"will remove {path}: no stack file mounts it", logger.info)
-        quoted = QuoteString(path)
-        yield StringCommand(checks(user), "{", "real", quoted, "&&", "marked", quoted, "||", "no",
-                            QuoteString(f"{path} is no longer the deploy's (no marker, or a user other than root and {user} "
-                                        "can change it): not removed"), ";", "}", "&&",
-                            "rm", "-rf", "--", quoted)
+        yield own(programs, "remove", "--dir", path, "--owner", user)

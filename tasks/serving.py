@@ -10,7 +10,7 @@ keeps only what a stack file names (the stacks in place, and the recorded states
 
 from pyinfra import host
 
-from layout import store_entry
+from layout import paths, store_entry
 from operations.serving import head_stopped_for_change, stack_up
 from operations.stack import stack_settings
 from operations.store import store_pruned
@@ -41,4 +41,5 @@ store_pruned(
     name="Remove the model store's directories that no stack file names (once the head serves)",
     model_dir=cluster.settings.model_dir, stack_dir=cluster.settings.stack_dir,
     keep=store_entry(cluster.settings.model_dir, cluster.model.source), user=cluster.deploy_user,
+    programs=paths(cluster.settings.state_dir, "")["programs"],
 )

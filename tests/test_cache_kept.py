@@ -1,7 +1,8 @@
-"""The caches' claim and prune before a start (operations/own.py: cache_kept), run by a real shell
-on directories planted under a temporary directory: what the deploy made and no stack file names
-goes, everything else stays, and what is not the deploy's is refused before anything changes.
-The stack files are the real compose files (operations/stack.py), with their cache moved there."""
+"""The caches' claim and prune before a start (operations/own.py: cache_kept), the program the
+deploy ships (the archive, files/dual_spark/own.py) run by a real shell on directories planted
+under a temporary directory: what the deploy made and no stack file names goes, everything else
+stays, and what is not the deploy's is refused before anything changes. The stack files are the
+real compose files (operations/stack.py), with their cache moved there."""
 
 import dataclasses
 import os
@@ -11,10 +12,12 @@ from pathlib import Path
 
 import pytest
 
+from files.dual_spark.refusals import MARKER_TEXT
 from layout import MANAGED_MARKER, RECORDS
-from operations.own import MARKER_TEXT, cache_kept
+from operations.own import cache_kept
 from operations.stack import compose_file, environment, stack_settings
 from site_config import load_site
+from tests.programs import ARCHIVE
 
 ME = pwd.getpwuid(os.getuid()).pw_name  # root's place on a node: the owner these tests trust
 PAIR = Path(__file__).parent / "pair" / "site.toml"
@@ -46,7 +49,7 @@ def named(stack: Path) -> list[str]:
 
 
 def run(state: Path, cache: Path, stack: Path) -> subprocess.CompletedProcess:
-    command = cache_kept(str(state), str(cache), named(stack), owner=ME)
+    command = cache_kept(str(ARCHIVE), str(state), str(cache), named(stack), owner=ME)
     return subprocess.run(["sh", "-c", command.get_raw_value()], capture_output=True, text=True, timeout=30)
 
 

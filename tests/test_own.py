@@ -1,7 +1,8 @@
-"""The claim of the deploy's directories (operations/own.py) run by a real shell on a tree under a
-temporary directory that stands for a node's file system (own_top moved there): read by the real
-ManagedPaths command, planned, acted on, read again. What exists without the marker is refused by
-the command itself (the second line), whatever the reading said, and left as it was."""
+"""The claim of the deploy's directories (operations/own.py) on a tree under a temporary directory
+that stands for a node's file system (own_top moved there): read by the real ManagedPaths command,
+planned, acted on by the program the deploy ships (the archive, files/dual_spark/own.py), read
+again. What exists without the marker is refused by the program itself (the second line),
+whatever the reading said, and left as it was."""
 
 import os
 import pwd
@@ -20,6 +21,7 @@ from facts.serving import SecretFiles
 from layout import MANAGED_MARKER
 from operations.own import NAMES, Claim, claim_command, plan, reading_paths, sealed
 from tests.fake_host import FakeHost
+from tests.programs import ARCHIVE
 
 ME = pwd.getpwuid(os.getuid()).pw_name  # the deploy user of these tests (chown to it needs no root)
 
@@ -81,7 +83,7 @@ def test_a_fresh_node_gets_every_level_made_and_marked_then_nothing_to_do(node):
     claims = claims_of(node)
     planned = plan(claims, read(claims))
     assert planned.changes and [claim.field for claim in planned.owned] == ["state_dir", "model_dir", "stack_dir"]
-    result = sh(claim_command(claims, planned.owned))
+    result = sh(claim_command(claims, planned.owned, str(ARCHIVE)))
     assert result.returncode == 0, result.stderr
     for claim in claims:
         assert f"made {claim.path}, marked {MANAGED_MARKER}" in result.stdout
@@ -93,7 +95,7 @@ def test_a_fresh_node_gets_every_level_made_and_marked_then_nothing_to_do(node):
 
 def test_levels_below_a_system_home_are_made_one_at_a_time(node):
     claims = claims_of(node, model="var/lib/dual-spark-models/big/dsv4")
-    result = sh(claim_command(claims, plan(claims, read(claims)).owned))
+    result = sh(claim_command(claims, plan(claims, read(claims)).owned, str(ARCHIVE)))
     assert result.returncode == 0, result.stderr
     for level in ("var/lib/dual-spark-models", "var/lib/dual-spark-models/big", "var/lib/dual-spark-models/big/dsv4"):
         assert (node / level / MANAGED_MARKER).is_file()
@@ -107,7 +109,7 @@ def test_an_unmarked_directory_is_refused_by_the_command_and_nothing_changes_any
     with pytest.raises(OperationError, match=f"{theirs} exists and is not the deploy's"):
         plan(claims, read(claims))
     before = tree(node)
-    stale = claim_command(claims, claims)  # as if the reading had found it marked: the command checks again
+    stale = claim_command(claims, claims, str(ARCHIVE))  # as if the reading had found it marked: the command checks again
     result = sh(stale)
     assert result.returncode == 1
     assert result.stderr.strip() == (f"{theirs} exists and is not the deploy's (no {MANAGED_MARKER}): name another directory in "
@@ -121,7 +123,7 @@ def test_a_symbolic_link_is_refused_and_what_it_points_at_untouched(node):
     with pytest.raises(OperationError, match=f"dual-spark-evil is a symbolic link to {node}/etc/profile.d"):
         plan(claims, read(claims))
     before = tree(node)
-    result = sh(claim_command(claims, claims))
+    result = sh(claim_command(claims, claims, str(ARCHIVE)))
     assert result.returncode == 1 and "dual-spark-evil is a symbolic link, lies under one, or is not a directory" in result.stderr
     assert tree(node) == before and not (node / "etc/profile.d" / MANAGED_MARKER).exists()
 
@@ -130,7 +132,7 @@ def test_a_disk_that_is_not_mounted_is_never_made(node):
     claims = claims_of(node, model="srv/disk/models")
     with pytest.raises(OperationError, match=r"srv/disk is not a directory here .*If it is a data disk, mount it"):
         plan(claims, read(claims))
-    result = sh(claim_command(claims, claims))
+    result = sh(claim_command(claims, claims, str(ARCHIVE)))
     assert result.returncode == 1 and "srv/disk is not a directory here" in result.stderr
     assert not (node / "srv/disk").exists() and not (node / "var/lib/dual-spark").exists()
 
@@ -147,7 +149,7 @@ def test_an_earlier_versions_directories_are_adopted_and_said_so(node):
               Claim("stack_dir", str(node / "etc/dual-spark"), "root", "755")]
     planned = plan(claims, read(claims))
     assert any(line.startswith(f"Will adopt {node}/var/lib/dual-spark (an earlier version's bin/model_sync.py") for line in planned.lines)
-    result = sh(claim_command(claims, planned.owned))
+    result = sh(claim_command(claims, planned.owned, str(ARCHIVE)))
     assert result.returncode == 0, result.stderr
     assert f"adopted {node}/etc/dual-spark (an earlier version's compose.yaml and launch.sh), marked" in result.stdout
     assert (node / "etc/dual-spark/compose.yaml").read_text() == "x\n"  # adopted as it is
@@ -162,7 +164,7 @@ def test_an_unmarked_directory_of_another_owner_is_not_adopted_even_with_those_f
         (stack / name).write_text("x\n")
     os.chown(stack, 65534, 65534)
     claims = claims_of(node)
-    result = sh(claim_command(claims, claims))
+    result = sh(claim_command(claims, claims, str(ARCHIVE)))
     assert result.returncode == 1 and f"{stack} is nobody's, mode 755: a user other than root and {ME} can change it" in result.stderr
     assert not (stack / MANAGED_MARKER).exists() and stack.stat().st_uid == 65534
 
@@ -177,7 +179,7 @@ def test_a_marker_in_a_directory_others_can_write_counts_for_nothing(node):
     with pytest.raises(OperationError, match=f"{shared} is {ME}'s, mode 777: a user other than root and {ME} can change it"):
         plan(claims, read(claims))
     before = tree(node)
-    result = sh(claim_command(claims, claims))  # as if the reading had found it the deploy's: the command checks again
+    result = sh(claim_command(claims, claims, str(ARCHIVE)))  # as if the reading had found it the deploy's: the command checks again
     assert result.returncode == 1
     assert f"{shared} is {ME}'s, mode 777: a user other than root and {ME} can change it" in result.stderr
     assert "sudo chown root: " in result.stderr and tree(node) == before
@@ -190,7 +192,7 @@ def test_a_directory_under_one_others_can_write_is_never_made(node):
     with pytest.raises(OperationError, match=f"{node}/srv/open is {ME}'s, mode 777: a user other than root and {ME}"):
         plan(claims, read(claims))
     before = tree(node)
-    result = sh(claim_command(claims, claims))
+    result = sh(claim_command(claims, claims, str(ARCHIVE)))
     assert result.returncode == 1 and f"{node}/srv/open is {ME}'s, mode 777" in result.stderr
     assert tree(node) == before and not (node / "var/lib/dual-spark").exists()
 
@@ -208,11 +210,11 @@ def test_a_marker_another_user_planted_counts_for_nothing(node):
     with pytest.raises(OperationError, match=f"{theirs} is nobody's, mode 755: a user other than root and {ME} can change it"):
         plan(claims, read(claims))
     before = tree(node)
-    assert sh(claim_command(claims, claims)).returncode == 1 and tree(node) == before and theirs.stat().st_uid == 65534
+    assert sh(claim_command(claims, claims, str(ARCHIVE))).returncode == 1 and tree(node) == before and theirs.stat().st_uid == 65534
     os.chown(theirs, 0, 0)  # root's now, but the marker is still theirs
     with pytest.raises(OperationError, match=f"{theirs} exists and is not the deploy's"):
         plan(claims, read(claims))
-    result = sh(claim_command(claims, claims))
+    result = sh(claim_command(claims, claims, str(ARCHIVE)))
     assert result.returncode == 1 and f"{theirs} exists and is not the deploy's" in result.stderr
     assert (theirs / MANAGED_MARKER).read_text() == "planted\n" and (theirs / MANAGED_MARKER).stat().st_uid == 65534
 
@@ -224,13 +226,13 @@ def test_a_data_disk_directory_in_another_users_directory_is_refused(node):
     claims = claims_of(node, model="srv/bob/models")
     with pytest.raises(OperationError, match=f"{node}/srv/bob is nobody's, mode 755: a user other than root"):
         plan(claims, read(claims))
-    result = sh(claim_command(claims, claims))
+    result = sh(claim_command(claims, claims, str(ARCHIVE)))
     assert result.returncode == 1 and f"{node}/srv/bob is nobody's, mode 755" in result.stderr
     assert list((node / "srv/bob").iterdir()) == [] and not (node / "var/lib/dual-spark").exists()
 
 
 # The site's secrets (container_secrets): read by the real SecretFiles command, judged by
-# secret_refusal; the command that mounts them guarded by sealed(), run by a real shell.
+# secret_refusal; the command that mounts them guarded by sealed(), the program's, run by a real shell.
 
 def secret_reading(paths: list[str]) -> dict:
     fact = SecretFiles()
@@ -241,7 +243,7 @@ def secret_reading(paths: list[str]) -> dict:
 
 def guarded(secrets: dict[str, str], started: Path) -> subprocess.CompletedProcess:
     """The guard, then what it guards (here: a file made), as stack_up yields them."""
-    return sh(StringCommand(sealed(secrets), "touch", QuoteString(str(started))))
+    return sh(StringCommand(sealed(str(ARCHIVE), secrets), "&&", "touch", QuoteString(str(started))))
 
 
 @pytest.mark.parametrize("plant, refusal", [

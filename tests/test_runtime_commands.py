@@ -19,6 +19,7 @@ from layout import store_entry
 from operations import runtime
 from operations.runtime import fetch, paths
 from tests.fake_host import args_key, run_operation
+from tests.programs import ARCHIVE
 
 REPO = Path(__file__).resolve().parents[1]
 RECORDER = f"""#!{sys.executable}
@@ -87,9 +88,10 @@ ROOM = ["spark-head=1099511627776:0", "spark-worker=1099511627776:0"]  # a TiB f
 
 
 def hub_fetch(store: Path, token_file: str, container: dict = NO_CONTAINER):
-    """The fetch of HUB_MODEL into its directory of the store; the command, and that directory."""
+    """The fetch of HUB_MODEL into its directory of the store, with the programs' archive this
+    repository builds; the command, and that directory."""
     entry = store_entry(str(store), HUB_MODEL.source)
-    return fetch(HUB_MODEL, ME, paths("/s", entry), str(store), entry, IMAGE, "http://hub", token_file, container, ROOM).args[0], entry
+    return fetch(HUB_MODEL, ME, {**paths("/s", entry), "programs": str(ARCHIVE)}, str(store), entry, IMAGE, "http://hub", token_file, container, ROOM).args[0], entry
 
 
 def test_a_hub_token_path_with_spaces_reaches_docker_as_one_argument(tmp_path):
@@ -101,23 +103,22 @@ def test_a_hub_token_path_with_spaces_reaches_docker_as_one_argument(tmp_path):
     command, entry = hub_fetch(claimed_dir(tmp_path / "model dir"), "~/my tokens/hf token")
     result, calls = on_the_head(command, tmp_path, home, "docker", "chown")
     assert result.returncode == 0, result.stderr
-    assert [call[0] for call in calls] == ["sudo", "sudo", "docker", "chown"]
+    assert [call[0] for call in calls] == ["sudo", "docker", "chown"]
     assert calls[0][:4] == ["sudo", "-n", "-u", ME]  # the token is checked and made 600 by its user, not root
-    assert calls[1][:6] == ["sudo", "-n", "-u", ME, "sh", "-c"]  # the store's directory made by its user
-    assert Path(entry, ".dual-spark-managed").is_file()  # and marked
-    docker = calls[2]
+    assert Path(entry).stat().st_uid == os.getuid() and Path(entry, ".dual-spark-managed").is_file()  # the user's, marked
+    docker = calls[1]
     assert docker[docker.index(f"{token}:/run/secrets/hf_token:ro") - 1] == "-v"
     assert f"{entry}:/model" in docker and "hf_secret" not in json.dumps(calls)
     assert docker[docker.index("--room") + 1] == ROOM[0] and docker[docker.index("--store") + 1] == str(tmp_path / "model dir")
     assert oct(token.stat().st_mode & 0o777) == "0o600"
-    assert calls[3] == ["chown", "-R", f"{ME}:", entry]  # the container wrote as root: given back, in the same command
+    assert calls[2] == ["chown", "-R", f"{ME}:", entry]  # the container wrote as root: given back, in the same command
 
 
 def test_without_a_token_file_docker_gets_no_token_mount(tmp_path):
     command, _ = hub_fetch(claimed_dir(tmp_path / "model"), "~/absent")
     result, calls = on_the_head(command, tmp_path, tmp_path, "docker", "chown")
     assert result.returncode == 0, result.stderr
-    docker = calls[2]
+    docker = calls[1]
     assert not any("hf_token:ro" in arg for arg in docker) and docker[-3:] == ["/run/secrets/hf_token", "--progress", "10"]
 
 
@@ -229,8 +230,8 @@ def test_copying_checks_the_source_as_the_deploy_user_then_copies_as_that_user(t
     entry = store_entry(str(model_dir), {"path": str(source)})
     assert calls[0] == ["sudo", "-n", "-u", ME, "test", "-f", f"{source}/config.json"]
     assert calls[1][:4] + calls[1][5:8] == ["sudo", "-n", "-u", ME, str(tmp_path / "dual-spark.pyz"), "sync", "room"]  # room first
-    assert calls[2][:6] == ["sudo", "-n", "-u", ME, "sh", "-c"] and Path(entry, ".dual-spark-managed").is_file()
-    assert calls[3:] == [["sudo", "-n", "-u", ME, "rsync", "-a", "--delete", "--exclude", "/.dual-spark-*", "--info=progress2",
+    assert Path(entry).stat().st_uid == os.getuid() and Path(entry, ".dual-spark-managed").is_file()  # made the user's, marked
+    assert calls[2:] == [["sudo", "-n", "-u", ME, "rsync", "-a", "--delete", "--exclude", "/.dual-spark-*", "--info=progress2",
                           "--no-inc-recursive", f"{source}/", f"{entry}/"],
                          ["rsync", "-a", "--delete", "--exclude", "/.dual-spark-*", "--info=progress2", "--no-inc-recursive",
                           f"{source}/", f"{entry}/"]]  # and no chown: the store's directory is the user's already

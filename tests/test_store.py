@@ -31,7 +31,7 @@ def test_the_run_removes_only_what_its_plan_showed():
     assert planned == [] and ran == []
     with running(case) as (state, _):
         state.is_executing = True
-        assert [command for command in run(case, [new, old]) if f"rm -rf -- {older}" in command]  # no plan: the files decide
+        assert [command for command in run(case, [new, old]) if f"own remove --dir {older} " in command]  # no plan: the files decide
 
 
 def test_a_marked_entry_another_user_can_change_is_not_the_stores(tmp_path):

@@ -12,6 +12,7 @@
     planned   a deploy's planned work marked on the head while it stops or restarts serving
     peers     a command on another node over the fabric, or on several at the same time
     image     a runtime image sent to the next node down the chain of ranks
+    own       the deploy's own directories: claimed, guarded, a model entry or caches made, secrets sealed
 
 `PROGRAM --help` tells each one's arguments.
 """
@@ -24,7 +25,7 @@ import sys
 
 PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "watchdog": "watchdog", "metrics": "metrics",
             "stack": "stack", "smoke": "smoke", "door": "door",
-            "planned": "planned", "peers": "peers", "image": "image"}
+            "planned": "planned", "peers": "peers", "image": "image", "own": "own"}
 
 
 def main() -> None:

@@ -95,7 +95,7 @@ def test_a_dry_run_shows_the_archive_as_one_program():
     lines = sum(len(text.splitlines()) for text in programs.sources().values())
     digest = hashlib.sha256(programs.built()).hexdigest()
     commands, host = install(None)
-    assert commands == ["mkdir -p /var/lib/dual-spark/bin", PRIVATE, ["upload", f"<{len(programs.built())} bytes, sha256 {digest}>", DEST],
+    assert commands == ["mkdir -p /var/lib/dual-spark/bin", PRIVATE, ["upload", "<the programs' archive (programs.py)>", DEST],
                         f"chown root:root {DEST}", f"chmod 755 {DEST}"]
     assert host.printed == [f"[spark-head] Will create {DEST} (program, {lines} lines, sha256 {digest[:12]}): "
                             "full diff with --data show_program_diffs=true"]
