@@ -14,8 +14,8 @@ def cluster_state(stack_hashes: list[str]) -> str:
 
 def state_of(settings, stack_hash: str, cluster: str, model_digest: str | None) -> dict:
     """What a node records of a state that served (``settings``: its StackSettings)."""
-    return {"cluster": cluster, "stack": stack_hash, "profile": settings.profile_name, "image": settings.image.tag,
-            "model": settings.model.source, "model_digest": (model_digest or "none")[:12]}
+    return {"cluster": cluster, "stack": stack_hash, "profile": settings.cluster.profile_name, "image": settings.cluster.image.tag,
+            "model": settings.cluster.model.source, "model_digest": (model_digest or "none")[:12]}
 
 
 def described(values: dict) -> str:

@@ -119,7 +119,7 @@ def first_token(state, host, probe: StringCommand, wait: int, what: str, node_na
 def probe(settings: StackSettings) -> StringCommand:
     """The head's one-token probe of vLLM itself, behind the front door (its --wait is the caller's)."""
     return StringCommand("python3", QuoteString(settings.programs), "health", "--url",
-                         QuoteString(f"http://{VLLM_HOST}:{settings.vllm_port}"), "--key-file", QuoteString(settings.api_key_file))
+                         QuoteString(f"http://{VLLM_HOST}:{settings.site.vllm_port}"), "--key-file", QuoteString(settings.api_key_file))
 
 
 def starts(stacks: list[StackSettings]) -> list[tuple[str, str]]:

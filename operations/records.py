@@ -22,7 +22,7 @@ def record(settings, values: dict) -> str:
     rollback record. Nothing changes when served/ already holds this state. (``settings``: the
     node's StackSettings.)"""
     model = [arg for key, value in sorted(values["model"].items()) for arg in (f"--model-{key}", value)]
-    return shlex.join(["python3", settings.programs, "stack", "record", "--stack-dir", settings.stack_dir, "--cluster", values["cluster"],
+    return shlex.join(["python3", settings.programs, "stack", "record", "--stack-dir", settings.site.stack_dir, "--cluster", values["cluster"],
                        "--stack", values["stack"], "--profile", values["profile"], "--image", values["image"], *model,
                        "--model-digest", values["model_digest"]])
 
@@ -30,7 +30,7 @@ def record(settings, values: dict) -> str:
 def restore(settings, name: str) -> str:
     """The node's program call (as root) that installs record ``name``'s stack files as its own
     (those it replaces kept as .previous) and starts them fresh, owing no backoff."""
-    return shlex.join(["python3", settings.programs, "stack", "restore", "--stack-dir", settings.stack_dir, "--record", name,
+    return shlex.join(["python3", settings.programs, "stack", "restore", "--stack-dir", settings.site.stack_dir, "--record", name,
                        "--starts", f"{settings.restarts_dir}/{settings.role}-starts"])
 
 
@@ -38,6 +38,6 @@ def on_every_node(stacks: list, scripts: list[str], what: str):
     """The head's call that runs each node's command (as root; a worker's over the fabric, as the
     deploy user's sudo) at the same time, failing naming the nodes where it failed."""
     jobs = [(settings.hostname, "here", script) if settings.role == "head" else
-            (settings.hostname, target(settings.deploy_user, settings.rails), f"sudo -n {script}")
+            (settings.hostname, target(settings.cluster.deploy_user, settings.rails), f"sudo -n {script}")
             for settings, script in zip(stacks, scripts)]
     return at_once(stacks[0].programs, jobs, what)

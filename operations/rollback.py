@@ -56,11 +56,11 @@ def rolled_back(stacks: list[StackSettings], ready_timeout: int):
     if back is None:
         raise OperationError(f"no state to roll back to: {what}. Nothing was changed. A state is recorded once it serves: "
                              "after a change that served, this returns to the one before it")
-    files = read_all(RecordFiles, [reachable(settings.hostname) for settings in stacks[1:]], stack_dir=own(stacks).stack_dir, record=name)
+    files = read_all(RecordFiles, [reachable(settings.hostname) for settings in stacks[1:]], stack_dir=own(stacks).site.stack_dir, record=name)
     for settings, reading, found in zip(stacks, readings, files):
         for key, file in (("compose", "compose.yaml"), ("launch", "launch.sh")):
             if found[key] is not None:
-                show_diff(f"{settings.hostname}:{settings.stack_dir}/{file}", reading[key], "\n".join(found[key]) + "\n")
+                show_diff(f"{settings.hostname}:{settings.site.stack_dir}/{file}", reading[key], "\n".join(found[key]) + "\n")
     host.log(f"will return every node to {what}", logger.info)
     yield from back
     states = [{key: value for key, value in reading["records"][name].items() if key not in ("image_id", "since")} for reading in readings]

@@ -51,24 +51,24 @@ STAGING = f"{RUN_DIR}/stack-check"
 @plans
 def readings(cluster: Cluster, name: str) -> list[Reading]:
     settings = stack_settings(cluster, name)
-    return [(ImageState, {"tag": settings.image.tag, "marker": settings.smoke_marker}), (ModelHeads, {"model_dir": settings.model_dir}),
-            *([(SecretFiles, {"paths": secret_paths(settings)})] if settings.secrets else [])]
+    return [(ImageState, {"tag": settings.cluster.image.tag, "marker": settings.smoke_marker}), (ModelHeads, {"model_dir": settings.model_dir}),
+            *([(SecretFiles, {"paths": secret_paths(settings)})] if settings.site.container_secrets else [])]
 
 
 def secret_paths(settings: StackSettings) -> list[str]:
-    return [settings.secrets[name] for name in sorted(settings.secrets)]
+    return [settings.site.container_secrets[name] for name in sorted(settings.site.container_secrets)]
 
 
 def secrets_sealed(stacks: list[StackSettings]) -> None:
     """Refuse, before anything stops or changes, a secret file of the site's (container_secrets)
     that is not root's alone on any of the nodes ``stacks`` names that answer (operations/own.py)."""
     settings = own(stacks)
-    if not settings.secrets:
+    if not settings.site.container_secrets:
         return
     names = [other.hostname for other in stacks if other.hostname != host.name]
     readings = read_all(SecretFiles, [reachable(name) for name in names], paths=secret_paths(settings))
     for name, reading in zip([host.name, *names], readings):
-        for secret, path in sorted(settings.secrets.items()):
+        for secret, path in sorted(settings.site.container_secrets.items()):
             refusal = reading is not None and secret_refusal(secret, path, reading["files"].get(path))
             if refusal:
                 raise OperationError(f"{name}: {refusal}. Nothing was stopped or changed.")
@@ -77,7 +77,7 @@ def secrets_sealed(stacks: list[StackSettings]) -> None:
 def heads_divided(settings: StackSettings) -> None:
     """Refuse, before anything stops or changes, a tensor parallel that vLLM would refuse for the
     model's attention heads (read from the config.json of the model on this node)."""
-    refusal = heads_refusal(settings.profile_name, settings.tensor_parallel, settings.pipeline_parallel,
+    refusal = heads_refusal(settings.cluster.profile_name, settings.cluster.tensor_parallel, settings.cluster.pipeline_parallel,
                             read(host, ModelHeads, model_dir=settings.model_dir))
     if refusal:
         raise OperationError(refusal)
@@ -87,7 +87,7 @@ def image_supports(settings: StackSettings) -> None:
     """Refuse, before anything stops or changes, a profile's speculative key that the image's vLLM
     lacks: its SpeculativeConfig's fields, as this node's smoke test read them (operations/runtime.py).
     Before the changes run (--dry) an image whose fields are not read yet waits for the runtime step."""
-    profile, image = settings.profile, settings.image
+    profile, image = settings.cluster.profile, settings.cluster.image
     used = {key: field for key, field in SPECULATIVE_FIELDS.items() if getattr(profile, key) is not None and profile.speculative_tokens}
     if not used:
         return
@@ -102,10 +102,10 @@ def image_supports(settings: StackSettings) -> None:
     for key, field in used.items():
         if field not in fields:
             raise OperationError(
-                f"profile {settings.profile_name} sets {key}, but the vLLM of {named}, {reading['id'][:19]}, has no {field} in its "
+                f"profile {settings.cluster.profile_name} sets {key}, but the vLLM of {named}, {reading['id'][:19]}, has no {field} in its "
                 f"SpeculativeConfig: nothing was stopped. Fix: drop {key} from the profile, or use an image whose vLLM has {field}"
                 + ("; for another draft length under load, a second profile with another fixed speculative_tokens and no "
-                   f"speculative_schedule (one based on {settings.profile_name} inherits its schedule), switched with tasks/profile.py" if key == "speculative_schedule" else ""))
+                   f"speculative_schedule (one based on {settings.cluster.profile_name} inherits its schedule), switched with tasks/profile.py" if key == "speculative_schedule" else ""))
 
 
 def install(stack: Stack, reading: dict, stack_dir: str, programs: str):
@@ -201,11 +201,11 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
     head = settings.role == "head"
     files_ok = mine["compose"] == stack.compose.splitlines() and mine["launch"] == stack.launch.splitlines()
     if not files_ok:  # before any other command: pyinfra's check for a change (--dry) stops at the first one
-        yield from install(stack, mine, settings.stack_dir, settings.programs)
+        yield from install(stack, mine, settings.site.stack_dir, settings.programs)
     if head and not mine["api_key"]:
         key = QuoteString(settings.api_key_file)
         yield StringCommand("umask", "077", "&&", "python3", "-c", QuoteString("import secrets; print(secrets.token_urlsafe(32))"),
-                            ">", key, "&&", "chown", QuoteString(f"{settings.deploy_user}:"), key)
+                            ">", key, "&&", "chown", QuoteString(f"{settings.cluster.deploy_user}:"), key)
     if None in readings:
         return  # a node started without all the others waits at the rendezvous for ever: the next run starts them
     cluster = cluster_state([found.hash for found in wanted])
@@ -217,15 +217,15 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
                      "once the head generates a token", logger.info)
             yield FunctionCommand(recorded_if_serving, (probe(settings), recording(stacks, states)), {})
             return
-        host.noop(f"the {settings.role} serves profile {settings.profile_name} (stack {stack.hash})")
+        host.noop(f"the {settings.role} serves profile {settings.cluster.profile_name} (stack {stack.hash})")
         return
     # a start the deploy makes is no crash loop: it owes no backoff (the watchdog's record of failed starts)
     yield StringCommand("rm", "-f", QuoteString(f"{settings.restarts_dir}/{settings.role}-starts"))
     yield cache_kept(settings)
-    up = compose(settings.stack_dir, "up", "-d", "--force-recreate", "--remove-orphans", "--timeout", str(STOP_TIMEOUT))
-    yield StringCommand(sealed(settings.programs, settings.secrets), "&&", up) if settings.secrets else up
+    up = compose(settings.site.stack_dir, "up", "-d", "--force-recreate", "--remove-orphans", "--timeout", str(STOP_TIMEOUT))
+    yield StringCommand(sealed(settings.programs, settings.site.container_secrets), "&&", up) if settings.site.container_secrets else up
     if head:
         back, back_what = way_back(stacks, readings, cluster, "served") if rollback else (None, "rollback_on_failure is false")
         yield FunctionCommand(served_or_rolled_back, (
-            probe(settings), int(ready_timeout), f"serving {settings.model.served_name} (profile {settings.profile_name})",
+            probe(settings), int(ready_timeout), f"serving {settings.cluster.model.served_name} (profile {settings.cluster.profile_name})",
             [node.hostname for node in stacks], starts(stacks), recording(stacks, states), back, back_what, planned_done(settings)), {})

@@ -14,7 +14,7 @@ import yaml
 from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand
 
-from cluster import Cluster, Image, Model, Profile
+from cluster import Cluster, Node, Settings
 from facts.fabric import roce_v2_gid_index
 from layout import (
     CACHE_ENV,
@@ -46,26 +46,26 @@ SPECULATIVE_FIELDS = {"speculative_schedule": "num_speculative_tokens_per_batch_
 
 def vllm_args(settings: StackSettings) -> list[str]:
     """The `vllm serve` arguments of one node (FACTS.md's launch line), from its stack settings."""
-    profile, model = settings.profile, settings.model
+    profile, model = settings.cluster.profile, settings.cluster.model
     head = settings.role == "head"
     args = [IN_CONTAINER["model"], "--served-model-name", model.served_name]
     if head:
-        args += ["--host", VLLM_HOST, "--port", str(settings.vllm_port)]
+        args += ["--host", VLLM_HOST, "--port", str(settings.site.vllm_port)]
     args += [
-        "--trust-remote-code", "--tensor-parallel-size", str(settings.tensor_parallel),
-        "--pipeline-parallel-size", str(settings.pipeline_parallel),
-        "--kv-cache-dtype", profile.kv_cache_dtype, "--block-size", str(settings.block_size),
+        "--trust-remote-code", "--tensor-parallel-size", str(settings.cluster.tensor_parallel),
+        "--pipeline-parallel-size", str(settings.cluster.pipeline_parallel),
+        "--kv-cache-dtype", profile.kv_cache_dtype, "--block-size", str(settings.site.block_size),
         "--max-model-len", str(profile.max_model_len), "--max-num-seqs", str(profile.max_num_seqs),
         "--max-num-batched-tokens", str(profile.max_num_batched_tokens),
         "--gpu-memory-utilization", str(profile.gpu_memory_utilization),
         "--enable-prefix-caching" if profile.prefix_caching else "--no-enable-prefix-caching",
     ]
     if profile.speculative_tokens:
-        speculative = {"method": settings.speculative_method, "num_speculative_tokens": profile.speculative_tokens}
+        speculative = {"method": settings.site.speculative_method, "num_speculative_tokens": profile.speculative_tokens}
         for key, field in SPECULATIVE_FIELDS.items():
             if getattr(profile, key) is not None:
                 speculative[field] = getattr(profile, key)
-        speculative.update(settings.speculative_options)
+        speculative.update(settings.site.speculative_options)
         args += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
     args += ["--tokenizer-mode", model.tokenizer_mode, "--distributed-executor-backend", "mp"]
     if model.tool_call_parser:
@@ -75,96 +75,104 @@ def vllm_args(settings: StackSettings) -> list[str]:
     args += [
         "--default-chat-template-kwargs", json.dumps({"thinking": profile.thinking}, separators=(",", ":")),
         "--generation-config", "vllm",
-        "--override-generation-config", json.dumps(settings.generation_config, separators=(",", ":")),
+        "--override-generation-config", json.dumps(settings.site.generation_config, separators=(",", ":")),
     ]
     if profile.flashinfer_autotune:
         args.append("--enable-flashinfer-autotune")
     if profile.weight_prefetch:
         args += ["--safetensors-load-strategy", "prefetch"]
-    args += ["--nnodes", str(settings.nodes), "--node-rank", str(settings.rank), "--master-addr", settings.master_addr,
-             "--master-port", str(settings.master_port)]
+    args += ["--nnodes", str(settings.cluster.size), "--node-rank", str(settings.rank), "--master-addr", settings.cluster.master_addr,
+             "--master-port", str(settings.site.master_port)]
     if not head:
         args.append("--headless")
-    return args + list(settings.vllm_extra_args)
+    return args + list(settings.site.vllm_extra_args)
 
 
 @dataclass(frozen=True)
 class StackSettings:
-    """What one node's stack is made of: its place in the cluster, what it serves, and the
-    settings and paths its compose file and launch script render (``stack_settings``)."""
+    """One node's stack: the cluster, and the node it is for. Its compose file and launch script
+    render the site's settings (``site``), the node's place in the cluster, what it serves and
+    the deploy's paths on it, each read from these two."""
 
+    cluster: Cluster
     hostname: str
-    rank: int
-    role: str
-    nodes: int
-    tensor_parallel: int
-    pipeline_parallel: int
-    profile_name: str
-    profile: Profile
-    model: Model
-    image: Image
-    rails: list[dict]  # Rail.as_data() of each rail, rail 0 first
-    master_addr: str
-    worker_addresses: list[str]
-    watchdog_port: int
-    ready_timeout: int
-    python: str
-    programs: str
-    restarts_dir: str
-    cache_dir: str  # this image's caches (layout.cache_key), kept across restarts
-    vllm_port: int  # on VLLM_HOST, behind the front door
-    door_drain_seconds: int
-    master_port: int
-    block_size: int
-    speculative_method: str
-    speculative_options: dict
-    generation_config: dict
-    vllm_extra_args: list[str]
-    serving_env: dict[str, str]
-    gpus: str
-    devices: list[str]
-    ulimits: dict[str, int]
-    mounts: list[str]
-    container_env: dict[str, str]
-    secrets: dict[str, str]  # NAME: the root-only file on the node
-    model_dir: str
-    stack_dir: str
-    api_key_file: str
-    deploy_user: str
-    manifest: str
-    smoke_marker: str
+
+    @property
+    def site(self) -> Settings:
+        return self.cluster.settings
+
+    @property
+    def node(self) -> Node:
+        return self.cluster.node(self.hostname)
+
+    @property
+    def rank(self) -> int:
+        return self.node.rank
+
+    @property
+    def role(self) -> str:
+        return self.node.role
+
+    @property
+    def rails(self) -> list[dict]:
+        """Rail.as_data() of each rail, rail 0 first."""
+        return self.node.rail_data
+
+    @property
+    def worker_addresses(self) -> list[str]:
+        return [str(worker.rails[0].address.ip) for worker in self.cluster.workers]
+
+    @property
+    def model_dir(self) -> str:
+        """The model's own directory of the model store."""
+        return store_entry(self.site.model_dir, self.cluster.model.source)
+
+    @property
+    def paths(self) -> dict[str, str]:
+        return paths(self.site.state_dir, self.model_dir)
+
+    @property
+    def programs(self) -> str:
+        return self.paths["programs"]
+
+    @property
+    def restarts_dir(self) -> str:
+        return self.paths["serving"]
+
+    @property
+    def cache_dir(self) -> str:
+        """This image's caches (layout.cache_key), kept across restarts."""
+        return f"{self.paths['cache']}/{cache_key(self.cluster.image.tag)}"
+
+    @property
+    def api_key_file(self) -> str:
+        return self.paths["api_key"]
+
+    @property
+    def manifest(self) -> str:
+        return self.paths["manifest"]
+
+    @property
+    def smoke_marker(self) -> str:
+        return smoke_marker(self.site.state_dir, self.cluster.image.tag)
+
+    def rendered(self) -> dict:
+        """What the compose file's header and the launch script name, by the names they use."""
+        cluster, site = self.cluster, self.site
+        return {"role": self.role, "rank": self.rank, "rails": self.rails, "worker_addresses": self.worker_addresses,
+                "nodes": cluster.size, "tensor_parallel": cluster.tensor_parallel, "pipeline_parallel": cluster.pipeline_parallel,
+                "profile_name": cluster.profile_name, "python": cluster.image.python, "master_addr": cluster.master_addr,
+                "watchdog_port": site.watchdog_port, "vllm_port": site.vllm_port, "ready_timeout": site.serving_ready_timeout}
 
 
 def stack_settings(cluster: Cluster, hostname: str) -> StackSettings:
     """One node's stack settings, from the cluster."""
-    node, settings = cluster.node(hostname), cluster.settings
-    model_dir = store_entry(settings.model_dir, cluster.model.source)  # the model's own directory of the store
-    where = paths(settings.state_dir, model_dir)
-    return StackSettings(
-        hostname=hostname, rank=node.rank, role=node.role, nodes=cluster.size,
-        tensor_parallel=cluster.tensor_parallel, pipeline_parallel=cluster.pipeline_parallel,
-        profile_name=cluster.profile_name, profile=cluster.profile, model=cluster.model,
-        image=cluster.image, rails=node.rail_data, master_addr=cluster.master_addr,
-        worker_addresses=[str(worker.rails[0].address.ip) for worker in cluster.workers],
-        watchdog_port=settings.watchdog_port, ready_timeout=settings.serving_ready_timeout,
-        python=cluster.image.python, programs=where["programs"], restarts_dir=where["serving"],
-        cache_dir=f"{where['cache']}/{cache_key(cluster.image.tag)}",
-        vllm_port=settings.vllm_port, door_drain_seconds=settings.door_drain_seconds, master_port=settings.master_port,
-        block_size=settings.block_size, speculative_method=settings.speculative_method,
-        speculative_options=settings.speculative_options, generation_config=settings.generation_config,
-        vllm_extra_args=settings.vllm_extra_args, serving_env=settings.serving_env,
-        gpus=settings.container_gpus, devices=settings.container_devices, ulimits=settings.container_ulimits,
-        mounts=settings.container_mounts, container_env=settings.container_env, secrets=settings.container_secrets,
-        model_dir=model_dir,
-        stack_dir=settings.stack_dir, api_key_file=where["api_key"],
-        deploy_user=cluster.deploy_user, manifest=where["manifest"],
-        smoke_marker=smoke_marker(settings.state_dir, cluster.image.tag),
-    )
+    return StackSettings(cluster, hostname)
 
 
 def state_arguments(settings: StackSettings) -> dict:
     """ServingState's arguments: the same on every node (the manifest exists on the head only)."""
-    return {"stack_dir": settings.stack_dir, "key_file": settings.api_key_file, "model_record": settings.manifest}
+    return {"stack_dir": settings.site.stack_dir, "key_file": settings.api_key_file, "model_record": settings.manifest}
 
 
 @dataclass(frozen=True)
@@ -202,23 +210,23 @@ def environment(settings: StackSettings, gid: int) -> dict[str, str]:
         "NCCL_IB_GID_INDEX": str(gid),
     }
     caches = {name: f"{IN_CONTAINER['cache']}/{below}" for name, below in CACHE_ENV.items()}
-    return {**own, **caches, **settings.serving_env, **settings.image.env, **settings.profile.env, **settings.container_env}
+    return {**own, **caches, **settings.site.serving_env, **settings.cluster.image.env, **settings.cluster.profile.env, **settings.site.container_env}
 
 
 def compose_stack(settings: StackSettings, env: dict[str, str], stack_hash: str, model_digest: str) -> dict:
     """The node's compose stack as data: every value a site gives lands as a value, never as YAML."""
-    role, profile = settings.role, settings.profile
+    role, profile, site = settings.role, settings.cluster.profile, settings.site
     service = {
-        "image": settings.image.tag, "pull_policy": "never", "container_name": CONTAINER,
+        "image": settings.cluster.image.tag, "pull_policy": "never", "container_name": CONTAINER,
         "restart": "unless-stopped", "init": True, "network_mode": "host", "ipc": "host", "shm_size": "64gb",
         "privileged": profile.privileged,
     }
-    if settings.gpus:
-        service["gpus"] = int(settings.gpus) if settings.gpus.isdigit() else settings.gpus
-    if settings.devices:
-        service["devices"] = [f"{device}:{device}" for device in settings.devices]
-    service["ulimits"] = dict(settings.ulimits)
-    service["labels"] = {LABELS["role"]: role, LABELS["profile"]: settings.profile_name,
+    if site.container_gpus:
+        service["gpus"] = int(site.container_gpus) if site.container_gpus.isdigit() else site.container_gpus
+    if site.container_devices:
+        service["devices"] = [f"{device}:{device}" for device in site.container_devices]
+    service["ulimits"] = dict(site.container_ulimits)
+    service["labels"] = {LABELS["role"]: role, LABELS["profile"]: settings.cluster.profile_name,
                          LABELS["model"]: model_digest, LABELS["stack"]: stack_hash}
     inside = IN_CONTAINER
     service["volumes"] = [
@@ -228,14 +236,14 @@ def compose_stack(settings: StackSettings, env: dict[str, str], stack_hash: str,
         # made and marked by the deploy before each start (cache_kept), never by Docker
         {"type": "bind", "source": settings.cache_dir, "target": inside["cache"], "bind": {"create_host_path": False}},
         *([f"{settings.api_key_file}:{inside['api_key']}:ro"] if role == "head" else []),
-        *(f"{path}:{path}:ro" for path in settings.mounts),
-        *(f"{path}:{inside['secrets']}/{name}:ro" for name, path in sorted(settings.secrets.items())),
+        *(f"{path}:{path}:ro" for path in site.container_mounts),
+        *(f"{path}:{inside['secrets']}/{name}:ro" for name, path in sorted(site.container_secrets.items())),
     ]
     service["environment"] = {name: value.replace("$", "$$") for name, value in env.items()}  # compose reads $ as its own
     service["entrypoint"] = [inside["launch"]]
     service["healthcheck"] = {
-        "test": ["CMD", settings.python, inside["programs"], "watchdog", "check", "--ip", settings.rails[0]["address"],
-                 "--port", str(settings.watchdog_port)],
+        "test": ["CMD", settings.cluster.image.python, inside["programs"], "watchdog", "check", "--ip", settings.rails[0]["address"],
+                 "--port", str(site.watchdog_port)],
         "interval": f"{HEALTH_INTERVAL}s", "timeout": "10s", "retries": 3,
     }
     return {"name": COMPOSE_PROJECT, "services": {"vllm": service}}
@@ -245,16 +253,16 @@ def compose_file(settings: StackSettings, env: dict[str, str], stack_hash: str, 
     """compose.yaml: a managed-file header, then the stack serialised by a YAML library and read
     back to prove it says what was meant."""
     stack = compose_stack(settings, env, stack_hash, model_digest)
-    text = render("serving/compose-header.yaml.j2", **vars(settings)) + yaml.safe_dump(stack, sort_keys=False, width=10**6)
+    text = render("serving/compose-header.yaml.j2", **settings.rendered()) + yaml.safe_dump(stack, sort_keys=False, width=10**6)
     if yaml.safe_load(text) != stack:
-        raise OperationError(f"{settings.stack_dir}/compose.yaml would not read back as the stack meant: refusing to write it")
+        raise OperationError(f"{settings.site.stack_dir}/compose.yaml would not read back as the stack meant: refusing to write it")
     return text
 
 
 def desired(settings: StackSettings, gid: int, model_digest: str | None) -> Stack:
     """The node's compose file and launch script; the stack hash names both (a container label).
     The launch script names the watchdog's version: a new watchdog restarts the cluster."""
-    launch = render("serving/launch.sh.j2", **vars(settings), vllm_host=VLLM_HOST, command=[settings.image.vllm, "serve"] + vllm_args(settings),
+    launch = render("serving/launch.sh.j2", **settings.rendered(), vllm_host=VLLM_HOST, command=[settings.cluster.image.vllm, "serve"] + vllm_args(settings),
                     watchdog_digest=digest("watchdog.py")[:16])
 
     def compose(stack_hash: str) -> str:
@@ -278,8 +286,8 @@ def cache_kept(settings: StackSettings) -> StringCommand:
     names (the stack in place, its previous one, the recorded states': the way back starts warm)
     removed, if the deploy made them (operations/own.py)."""
     compose_file = STACK_FILES[0]
-    named = [f"{settings.stack_dir}/{compose_file}", f"{settings.stack_dir}/{compose_file}.previous",
-             *(f"{settings.stack_dir}/{record}/{compose_file}" for record in RECORDS)]
+    named = [f"{settings.site.stack_dir}/{compose_file}", f"{settings.site.stack_dir}/{compose_file}.previous",
+             *(f"{settings.site.stack_dir}/{record}/{compose_file}" for record in RECORDS)]
     state_dir = posixpath.dirname(posixpath.dirname(settings.cache_dir))  # state_dir/cache/KEY
     return kept(settings.programs, state_dir, settings.cache_dir, named)
 
@@ -299,11 +307,11 @@ def drained_stop(settings: StackSettings) -> StringCommand:
     a change's wait for its first token and its rollback's, and a minute, if no end comes); the front
     door holds new requests and lets those in flight finish (up to door_drain_seconds) before vLLM
     stops, then takes them to the next one."""
-    lapses = settings.door_drain_seconds + 2 * settings.ready_timeout + 60
+    lapses = settings.site.door_drain_seconds + 2 * settings.site.serving_ready_timeout + 60
     return StringCommand("python3", QuoteString(settings.programs), "planned", "begin", "--file", QuoteString(planned_file(settings)),
                          "--seconds", str(lapses), "--what", QuoteString("a deploy run stops and starts serving"), "&&",
                          "python3", QuoteString(settings.programs), "door", "stop", "--socket", DOOR["socket"], "--drain",
-                         str(settings.door_drain_seconds), "--", stop(settings.stack_dir))
+                         str(settings.site.door_drain_seconds), "--", stop(settings.site.stack_dir))
 
 
 def planned_file(settings: StackSettings) -> str:

@@ -6,6 +6,7 @@ task gives it."""
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import hashlib
 import importlib
@@ -164,6 +165,13 @@ def merged(base, patch, folder: Path):
             known = isinstance(out, list) or target in out
             out[target] = merged(out[target], change, folder) if known else resolved(change, folder)
     return out
+
+
+def with_settings(stack, **changes):
+    """A node's StackSettings with the site's settings changed, past the schema's checks (a test's
+    own paths, values the schema would refuse)."""
+    site = dataclasses.replace(stack.cluster.settings, **changes)
+    return dataclasses.replace(stack, cluster=dataclasses.replace(stack.cluster, settings=site))
 
 
 def site(name: str, settings: dict | None = None, tables: dict | None = None) -> Cluster:

@@ -4,7 +4,6 @@ under a temporary directory: what the deploy made and no stack file names goes, 
 stays, and what is not the deploy's is refused before anything changes. The stack files are the
 real compose files (operations/stack.py), with their cache moved there."""
 
-import dataclasses
 import os
 import pwd
 import subprocess
@@ -39,9 +38,10 @@ def node(tmp_path):
 def stack_file(path: Path, cache: Path) -> None:
     """A compose file as the deploy writes it, mounting ``cache``."""
     cluster = load_site(PAIR)
-    settings = dataclasses.replace(stack_settings(cluster, cluster.head.hostname), cache_dir=str(cache))
+    settings = stack_settings(cluster, cluster.head.hostname)
     path.parent.mkdir(parents=True, exist_ok=True)
-    path.write_text(compose_file(settings, environment(settings, 3), "0123456789abcdef", "0123456789ab"))
+    text = compose_file(settings, environment(settings, 3), "0123456789abcdef", "0123456789ab")
+    path.write_text(text.replace(f"source: {settings.cache_dir}\n", f"source: {cache}\n"))
 
 
 def named(stack: Path) -> list[str]:

@@ -122,8 +122,9 @@ def test_the_deploys_own_vllm_flags_are_what_vllm_args_writes():
     written = set()
     for profile in ("adaptive", "long-c4"):
         cluster = load_site(REPO / "tests/pair/site.toml", overrides={"profile": profile})
+        prefetching = replace(cluster.profile, weight_prefetch=profile == "long-c4")
+        cluster = replace(cluster, profiles={**cluster.profiles, profile: prefetching})
         for node in cluster.nodes:
-            settings = stack_settings(cluster, node.hostname)
-            args = vllm_args(replace(settings, profile=replace(settings.profile, weight_prefetch=profile == "long-c4")))
+            args = vllm_args(stack_settings(cluster, node.hostname))
             written |= {vllm_flag(arg) for arg in args[:len(args) - len(cluster.settings.vllm_extra_args)] if arg.startswith("--")}
     assert written == set(layout.VLLM_FLAGS)

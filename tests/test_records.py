@@ -4,8 +4,8 @@ shell on real directories with the archive the deploy ships (files/dual_spark/st
 directory the deploy did not claim. Docker is a script on PATH that answers `image inspect` and
 logs every call: the e2e tests run the real one."""
 
-import dataclasses
 import json
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -16,6 +16,7 @@ from operations.records import record, restore
 from operations.stack import stack_settings
 from site_config import load_site
 from states import cluster_state, described, state_of
+from tests.fake_host import with_settings
 from tests.programs import ARCHIVE
 
 SITE = Path(__file__).parent / "sites" / "pair.toml"
@@ -26,9 +27,11 @@ IMAGE_ID = "sha256:" + "5e" * 32
 def node(tmp_path):
     """The head's stack settings with its stack and state directories in tmp_path, the stack
     directory claimed and holding a stack; docker on PATH."""
-    stack_dir, restarts = tmp_path / "stack", tmp_path / "serving"
+    stack_dir, state = tmp_path / "stack", tmp_path / "state"
     stack_dir.mkdir()
-    restarts.mkdir()
+    (state / "serving").mkdir(parents=True)
+    (state / "bin").mkdir()
+    shutil.copy(ARCHIVE, state / "bin/dual-spark.pyz")
     (stack_dir / MANAGED_MARKER).touch()
     (stack_dir / "compose.yaml").write_text("stack A\n")
     (stack_dir / "launch.sh").write_text("#!/bin/sh\nA\n")
@@ -38,7 +41,7 @@ def node(tmp_path):
                                     f'[ "$1 $2" = "image inspect" ] && echo {IMAGE_ID}\nexit 0\n')
     (bin_dir / "docker").chmod(0o755)
     settings = stack_settings(load_site(SITE), "spark-head")
-    return dataclasses.replace(settings, stack_dir=str(stack_dir), restarts_dir=str(restarts), programs=str(ARCHIVE)), tmp_path
+    return with_settings(settings, stack_dir=str(stack_dir), state_dir=str(state)), tmp_path
 
 
 def run(script: str, tmp_path: Path) -> subprocess.CompletedProcess:
@@ -52,10 +55,10 @@ def values(settings, stack: str) -> dict:
 
 def test_a_state_that_serves_is_recorded_once_and_the_one_before_becomes_the_rollback(node):
     settings, tmp_path = node
-    stack_dir = Path(settings.stack_dir)
+    stack_dir = Path(settings.site.stack_dir)
     assert run(record(settings, values(settings, "aaaa")), tmp_path).returncode == 0
     served = json.loads((stack_dir / "served/state.json").read_text())
-    assert served["stack"] == "aaaa" and served["image_id"] == IMAGE_ID and served["profile"] == settings.profile_name
+    assert served["stack"] == "aaaa" and served["image_id"] == IMAGE_ID and served["profile"] == settings.cluster.profile_name
     assert served["model_digest"] == "e8" * 6 and served["since"].endswith("Z")
     assert (stack_dir / "served/compose.yaml").read_text() == "stack A\n"
     assert not (stack_dir / "rollback").exists()
@@ -76,7 +79,7 @@ def test_a_state_that_serves_is_recorded_once_and_the_one_before_becomes_the_rol
 
 def test_restore_installs_a_record_keeps_what_it_replaces_and_starts_it_owing_no_backoff(node):
     settings, tmp_path = node
-    stack_dir = Path(settings.stack_dir)
+    stack_dir = Path(settings.site.stack_dir)
     run(record(settings, values(settings, "aaaa")), tmp_path)
     (stack_dir / "compose.yaml").write_text("stack B\n")
     (stack_dir / "launch.sh").write_text("#!/bin/sh\nB\n")
@@ -97,17 +100,17 @@ def test_restore_without_the_record_changes_nothing(node):
     settings, tmp_path = node
     done = run(restore(settings, "rollback"), tmp_path)
     assert done.returncode != 0
-    assert (Path(settings.stack_dir) / "compose.yaml").read_text() == "stack A\n"
+    assert (Path(settings.site.stack_dir) / "compose.yaml").read_text() == "stack A\n"
     assert not (tmp_path / "docker.log").exists()
 
 
 @pytest.mark.parametrize("script", [lambda s: record(s, values(s, "aaaa")), lambda s: restore(s, "served")])
 def test_a_stack_directory_the_deploy_did_not_claim_is_refused(node, script):
     settings, tmp_path = node
-    (Path(settings.stack_dir) / MANAGED_MARKER).unlink()
+    (Path(settings.site.stack_dir) / MANAGED_MARKER).unlink()
     done = run(script(settings), tmp_path)
     assert done.returncode != 0 and "is not a directory the deploy claimed" in done.stderr
-    assert sorted(p.name for p in Path(settings.stack_dir).iterdir()) == ["compose.yaml", "launch.sh"]
+    assert sorted(p.name for p in Path(settings.site.stack_dir).iterdir()) == ["compose.yaml", "launch.sh"]
 
 
 def test_a_record_names_its_state_in_one_line():
@@ -121,13 +124,13 @@ def test_a_record_names_its_state_in_one_line():
 @pytest.mark.parametrize("hostile", ["writable by others", "reached through a link"])
 def test_a_stack_directory_others_could_have_changed_is_refused(node, script, hostile):
     settings, tmp_path = node
-    stack_dir = Path(settings.stack_dir)
+    stack_dir = Path(settings.site.stack_dir)
     run(record(settings, values(settings, "aaaa")), tmp_path)
     if hostile == "writable by others":
         stack_dir.chmod(0o777)
     else:
         (tmp_path / "link").symlink_to(stack_dir)
-        settings = dataclasses.replace(settings, stack_dir=str(tmp_path / "link"))
+        settings = with_settings(settings, stack_dir=str(tmp_path / "link"))
     before = sorted(p.name for p in stack_dir.iterdir())
     (stack_dir / "compose.yaml").write_text("stack B\n")
     done = run(script(settings), tmp_path)

@@ -1,7 +1,6 @@
 """The netplan template renders files that the real `netplan generate` accepts, and the
 networkd configuration it generates carries exactly the rails' addresses and MTU."""
 
-import dataclasses
 import hashlib
 import ipaddress
 import shutil
@@ -13,7 +12,7 @@ import yaml
 
 from operations.fabric import render_netplan
 from site_config import Rail
-from tests.fake_host import site
+from tests.fake_host import site, with_settings
 
 NETPLAN = shutil.which("netplan") or "/usr/sbin/netplan"
 PAIR_NETPLAN_SHA256 = "3b37fadd354fb0c762845b5312dd24cb2139f12c6462718175854e3e021503ff"  # the pair's file before the cluster
@@ -104,7 +103,7 @@ def test_compose_is_serialised_so_no_value_becomes_yaml():
     from operations.stack import compose_file, environment
 
     hostile = "1\n    pid: host\n    cap_add: [ALL]\n#"
-    settings = dataclasses.replace(head_stack(), container_env={"X": hostile}, mounts=["/opt/a b\n      - /:/host"])
+    settings = with_settings(head_stack(), container_env={"X": hostile}, container_mounts=["/opt/a b\n      - /:/host"])
     text = compose_file(settings, environment(settings, 3), "abc", "def")
     service = yaml.safe_load(text)["services"]["vllm"]
     assert "pid" not in service and "cap_add" not in service
@@ -118,7 +117,7 @@ def test_a_dollar_in_an_environment_value_reaches_the_container_as_written():
     so the container sees the value the site gave."""
     from operations.stack import compose_file, environment
 
-    settings = dataclasses.replace(head_stack(), container_env={"X": "a$HOME${PATH}$$"})
+    settings = with_settings(head_stack(), container_env={"X": "a$HOME${PATH}$$"})
     service = yaml.safe_load(compose_file(settings, environment(settings, 3), "abc", "def"))["services"]["vllm"]
     assert service["environment"]["X"] == "a$$HOME$${PATH}$$$$"
     assert all("$" not in value for name, value in service["environment"].items() if name != "X")
@@ -145,6 +144,6 @@ def test_a_secrets_content_is_in_no_rendered_file(tmp_path):
 
     secret = tmp_path / "wandb"
     secret.write_text("s3cret-4f1c9b\n")
-    stack = desired(dataclasses.replace(head_stack(), secrets={"wandb": str(secret)}), 3, "d" * 64)
+    stack = desired(with_settings(head_stack(), container_secrets={"wandb": str(secret)}), 3, "d" * 64)
     assert f"{secret}:/run/secrets/wandb:ro" in yaml.safe_load(stack.compose)["services"]["vllm"]["volumes"]
     assert "s3cret-4f1c9b" not in stack.compose + stack.launch
