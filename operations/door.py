@@ -9,7 +9,6 @@ package restarts it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
-from io import BytesIO
 from pathlib import Path
 
 from pyinfra import host
@@ -19,13 +18,12 @@ from pyinfra.facts.files import FileContents
 from cluster import Cluster
 from facts.door import DoorState
 from layout import DOOR, RUN_DIR, VLLM_HOST, paths
-from operations.managed import file_differs, put_config, refuse_theirs, show_changed
+from operations.managed import refuse_theirs, show_changed
 from operations.own import claimed
 from operations.peer import acts_here
 from operations.readings import Reading, plans, read
 from operations.render import render, show_diff, show_line
-from operations.services import installed, running
-from operations.upload import upload
+from operations.services import differs, dropin_put, from_staging, installed, restarted_or_reloaded, staged
 
 LUA = Path(__file__).resolve().parents[1] / "files/door"
 LUA_WHAT = {"counts.lua": "the door's counts, in Lua", "hold.lua": "the door's hold, in Lua"}  # as a diff names each
@@ -101,10 +99,6 @@ def keyed(settings: DoorSettings, keys: dict):
     return commands
 
 
-def differs(text: str, info: dict | None) -> bool:
-    return file_differs(BytesIO(text.encode()), "644", info)
-
-
 @operation()
 def door_running(settings: DoorSettings):
     """
@@ -128,41 +122,31 @@ def door_running(settings: DoorSettings):
     reading = read(host, DoorState, **reading_arguments(settings))
     files = reading["files"]["files"]
     dropin = DOOR["dropin"]
-    configs = [f"{DOOR['dir']}/{name}" for name in DOOR["files"]]
-    commands = []
-    dropin_changed = differs(settings.files[dropin], files.get(dropin))
-    if dropin_changed:
-        commands += put_config(dropin, BytesIO(settings.files[dropin].encode()), "644", files.get(dropin))
-    changed = [path for path in configs if differs(settings.files[path], files.get(path))]
+    configs = {f"{DOOR['dir']}/{name}": settings.files[f"{DOOR['dir']}/{name}"] for name in DOOR["files"]}
+    commands = dropin_put(dropin, settings.files[dropin], files.get(dropin))
+    dropin_changed = bool(commands)
+    changed = [path for path, text in configs.items() if differs(text, files.get(path))]
     for path in changed:
         exists = (files.get(path) or {}).get("kind") == "file"
         current = host.get_fact(FileContents, path=path) if exists else None
         refuse_theirs(path, current, files[path]["owner"] if exists else None)
         if path.endswith(".lua"):
-            show_changed(path, settings.files[path], files.get(path), LUA_WHAT[Path(path).name], settings.show_program_diffs)
+            show_changed(path, configs[path], files.get(path), LUA_WHAT[Path(path).name], settings.show_program_diffs)
         else:
-            show_diff(path, current, settings.files[path])
+            show_diff(path, current, configs[path])
     if changed:
-        commands.append(StringCommand("rm", "-rf", STAGING, "&&", "mkdir", "-p", STAGING))
-        for path in configs:
-            commands += upload(BytesIO(settings.files[path].encode()), f"{STAGING}/{Path(path).name}")
+        commands += staged(configs, STAGING)
     new = list(installed(reading, [DOOR["package"]]))
     commands += new
     keys = keyed(settings, reading["keys"])
     commands += keys  # before the check: the configuration names the maps
     if changed:
         commands.append(StringCommand("haproxy", "-c", "-q", "-C", STAGING, "-f", "haproxy.cfg"))
-        commands.append(StringCommand("mkdir", "-p", DOOR["dir"], "&&", "install", "-o", "root", "-g", "root", "-m", "644",
-                                      *(f"{STAGING}/{name}" for name in DOOR["files"]), DOOR["dir"], "&&", "rm", "-rf", STAGING))
-    if dropin_changed:
-        commands.append(StringCommand("systemctl", "daemon-reload"))
+        commands.append(from_staging(list(configs), STAGING, DOOR["dir"]))
     why = "its drop-in changed" if dropin_changed else "its package is new" if new else None
-    restart = list(running(DOOR["unit"], reading["service"], why))
-    commands += restart
-    restarts = any(command.get_raw_value().startswith("systemctl restart") for command in restart)
-    if (changed or keys) and not restarts and reading["service"]["active"] == "active":
-        show_line(f"Will reload {DOOR['unit']}: its {'configuration' if changed else 'keys'} changed (the connections it holds are kept)")
-        commands.append(StringCommand("systemctl", "reload", DOOR["unit"]))
+    what = "configuration" if changed else "keys" if keys else None
+    commands += restarted_or_reloaded(DOOR["unit"], reading["service"], why,
+                                      what and f"its {what} changed (the connections it holds are kept)")[0]
     if not commands:
         host.noop(f"the front door answers at {settings.api_host}:{settings.api_port}, its configuration up to date")
     yield from commands

@@ -38,12 +38,12 @@ from layout import (
     VLLM_HOST,
     paths,
 )
-from operations.managed import file_differs, put_config, show_changed
+from operations.managed import put_config, show_changed
 from operations.own import claimed
 from operations.peer import acts_here
 from operations.readings import Reading, plans, read
 from operations.render import render, show_line
-from operations.services import installed, running
+from operations.services import differs, dropin_put, from_staging, installed, restarted_or_reloaded, running, staged
 from operations.upload import upload
 from programs import digest
 
@@ -247,11 +247,6 @@ def readings(cluster: Cluster, name: str) -> list[Reading]:
     return [(ObservabilityState, reading_arguments(observability_settings(cluster, name)))] if cluster.settings.observability else []
 
 
-def differs(text: str, info: dict | None) -> bool:
-    """Whether the node's file (``info``) is not ``text``, root's, mode 644 (managed.file_differs)."""
-    return file_differs(BytesIO(text.encode()), "644", info)
-
-
 def service(reading: dict, unit: str) -> dict:
     return reading["services"].get(unit, {"active": "unknown", "enabled": "unknown"})
 
@@ -342,39 +337,27 @@ def prometheus_running(settings: ObservabilitySettings):
     reading = read(host, ObservabilityState, **reading_arguments(settings))
     files = reading["files"]["files"]
     dropin = UNIT_FILES["prometheus"]
-    configs = [f"{PROMETHEUS_DIR}/{name}" for name in CONFIG_FILES]
-    commands = []
-    dropin_changed = differs(settings.files[dropin], files.get(dropin))
-    if dropin_changed:
-        commands += put_config(dropin, BytesIO(settings.files[dropin].encode()), "644", files.get(dropin))
-    config_changed = [path for path in configs if differs(settings.files[path], files.get(path))]
+    configs = {f"{PROMETHEUS_DIR}/{name}": settings.files[f"{PROMETHEUS_DIR}/{name}"] for name in CONFIG_FILES}
+    commands = dropin_put(dropin, settings.files[dropin], files.get(dropin))
+    dropin_changed = bool(commands)
+    config_changed = [path for path, text in configs.items() if differs(text, files.get(path))]
     for path in config_changed:
-        show_changed(path, settings.files[path], files.get(path), "the deploy's rules" if path.endswith(RULES) else None,
+        show_changed(path, configs[path], files.get(path), "the deploy's rules" if path.endswith(RULES) else None,
                      settings.show_program_diffs)
     if config_changed:
-        commands.append(StringCommand("rm", "-rf", STAGING, "&&", "mkdir", "-p", STAGING))
-        for path in configs:  # promtool checks the configuration with the rules it names
-            staged = f"{STAGING}/{posixpath.basename(path)}"
-            commands += upload(BytesIO(settings.files[path].encode()), staged)
+        commands += staged(configs, STAGING)  # promtool checks the configuration with the rules it names
     new = list(installed(reading, ["prometheus"]))
     commands += new
     if config_changed:
         commands.append(StringCommand("promtool", "check", "config", f"{STAGING}/prometheus.yml"))
-        commands.append(StringCommand("mkdir", "-p", PROMETHEUS_DIR, "&&", "install", "-o", "root", "-g", "root", "-m", "644",
-                                      *(f"{STAGING}/{posixpath.basename(path)}" for path in configs), PROMETHEUS_DIR, "&&",
-                                      "rm", "-rf", STAGING))
-    if dropin_changed:
-        commands.append(StringCommand("systemctl", "daemon-reload"))
+        commands.append(from_staging(list(configs), STAGING, PROMETHEUS_DIR))
     unit = UNITS["prometheus"]
     state = service(reading, unit)
     why = "its drop-in changed" if dropin_changed else "its package is new" if new else None
-    restart = list(running(unit, state, why))
-    commands += restart
-    if any("restart" in command.get_raw_value() for command in restart if isinstance(command, StringCommand)):
-        commands.append(ready(settings, "its start"))
-    elif config_changed and state["active"] == "active":
-        show_line(f"Will reload {unit}: its configuration changed")
-        commands += [StringCommand("systemctl", "reload", unit), ready(settings, "its reload")]
+    served, restarts = restarted_or_reloaded(unit, state, why, "its configuration changed" if config_changed else None)
+    commands += served
+    if restarts or any(command.get_raw_value().startswith("systemctl reload") for command in served):
+        commands.append(ready(settings, "its start" if restarts else "its reload"))
     if not commands:
         host.noop(f"Prometheus listens on 127.0.0.1:{settings.prometheus_port}, its configuration and rules up to date")
     yield from commands

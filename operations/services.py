@@ -1,13 +1,58 @@
 """The OS's packages and systemd services the deploy runs (observability, the front door): a
-package installed only when missing, a service restarted only when something of its own changed
-or it is not running."""
+package installed only when missing; a unit's drop-in put in place and systemd reloaded; its
+configuration staged whole, checked, then installed; the service restarted only when something
+of its own changed or it is not running, else reloaded when its configuration changed."""
 
 from __future__ import annotations
+
+import posixpath
+from io import BytesIO
 
 from pyinfra.api import StringCommand
 from pyinfra.operations import apt
 
+from operations.managed import file_differs, put_config
 from operations.render import show_line
+from operations.upload import upload
+
+
+def differs(text: str, info: dict | None) -> bool:
+    """Whether the node's file (``info``) is not ``text``, root's, mode 644."""
+    return file_differs(BytesIO(text.encode()), "644", info)
+
+
+def dropin_put(path: str, text: str, info: dict | None) -> list:
+    """A unit's drop-in ``path`` made ``text`` (its diff shown) and systemd told, when it differs;
+    nothing when it does not."""
+    if not differs(text, info):
+        return []
+    return [*put_config(path, BytesIO(text.encode()), "644", info), StringCommand("systemctl", "daemon-reload")]
+
+
+def staged(files: dict[str, str], staging: str) -> list:
+    """Every file of a configuration (path: text) put in ``staging`` under its own name, so that
+    it is checked whole before any of it is installed (``from_staging``)."""
+    commands = [StringCommand("rm", "-rf", staging, "&&", "mkdir", "-p", staging)]
+    for path, text in files.items():
+        commands += upload(BytesIO(text.encode()), f"{staging}/{posixpath.basename(path)}")
+    return commands
+
+
+def from_staging(files: list[str], staging: str, directory: str) -> StringCommand:
+    """The checked configuration installed in ``directory``, root's, mode 644; the staging gone."""
+    return StringCommand("mkdir", "-p", directory, "&&", "install", "-o", "root", "-g", "root", "-m", "644",
+                         *(f"{staging}/{posixpath.basename(path)}" for path in files), directory, "&&", "rm", "-rf", staging)
+
+
+def restarted_or_reloaded(unit: str, state: dict, why: str | None, reload: str | None) -> tuple[list, bool]:
+    """``running``'s commands; when they do not restart the unit and it runs, a reload saying
+    ``reload`` (what changed), if given. Also whether it restarts."""
+    commands = list(running(unit, state, why))
+    restarts = any(command.get_raw_value().startswith("systemctl restart") for command in commands)
+    if reload and not restarts and state["active"] == "active":
+        show_line(f"Will reload {unit}: {reload}")
+        commands.append(StringCommand("systemctl", "reload", unit))
+    return commands, restarts
 
 
 def installed(reading: dict, packages: list[str]):
