@@ -21,15 +21,16 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import pwd
 import shutil
-import stat
 import subprocess
 import sys
 import time
 from pathlib import Path
 
 from .atomic import write_atomically
-from .constants import MANAGED_MARKER, RECORD_STATE, STOP_TIMEOUT
+from .constants import RECORD_STATE, STOP_TIMEOUT
+from .own import Refused, guarded
 
 FILES = {"compose.yaml": 0o644, "launch.sh": 0o755}
 
@@ -39,18 +40,12 @@ class StackError(Exception):
 
 
 def claimed(stack_dir: Path) -> Path:
-    """``stack_dir`` if it is the deploy's: a real directory (no link on its way) that only root
-    and this process's user own and can write, holding their marker."""
-    trusted = {0, os.geteuid()}
-    refusal = (f"stack_dir {stack_dir} is not a directory the deploy claimed (a real directory only root can change, holding "
-               f"its {MANAGED_MARKER}): run `pyinfra inventory.py tasks/runtime.py`, which makes and marks it")
+    """``stack_dir`` if it is the deploy's, as `own guard` finds it: a real directory (no link on
+    its way) that only root and this process's user can change, holding their marker."""
     try:
-        info, marker = os.lstat(stack_dir), os.lstat(stack_dir / MANAGED_MARKER)
-    except OSError:
-        raise StackError(refusal) from None
-    if (not stat.S_ISDIR(info.st_mode) or os.path.realpath(stack_dir) != str(stack_dir) or info.st_uid not in trusted
-            or info.st_mode & 0o022 or not stat.S_ISREG(marker.st_mode) or marker.st_uid not in trusted):
-        raise StackError(refusal)
+        os.close(guarded(str(stack_dir), "stack_dir", pwd.getpwuid(os.geteuid()).pw_name))
+    except Refused as error:
+        raise StackError(str(error)) from None
     return stack_dir
 
 
