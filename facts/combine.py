@@ -5,8 +5,9 @@ SSH logins) run in the background, at the same time as each other and as the res
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable
+from dataclasses import dataclass
 
-from pyinfra.api import StringCommand
+from pyinfra.api import FactBase, StringCommand
 
 MARK = "@@section"
 
@@ -67,3 +68,43 @@ def read_lines(output: Iterable[str], parse: Callable[[str], None]) -> list[str]
         except (ValueError, KeyError, IndexError, TypeError, AttributeError):
             unreadable.append(line)
     return unreadable
+
+
+@dataclass(frozen=True)
+class Section:
+    """One section of a reading: its command from the fact's arguments (None: not on this node; a
+    dict: sections of their own, by name), its value from the node's output (the sections by name,
+    and its own name), its value where nothing was read, and whether it runs in the background, a
+    process of its own beside the others."""
+
+    command: Callable[[dict], StringCommand | dict[str, StringCommand] | None]
+    value: Callable[[dict[str, list[str]], str], object]
+    default: Callable[[], object] = lambda: None
+    background: bool = False
+
+
+def of(fact: type[FactBase], arguments: Callable[[dict], tuple] = lambda _: (), background: bool = False,
+       nested: bool = False) -> Section:
+    """The section of another fact of facts/, read as that fact reads its output (``nested``: its
+    own sections marked again)."""
+    return Section(lambda given: fact().command(*arguments(given)),
+                   lambda sections, name: fact().process(part(sections, name) if nested else sections.get(name, [])),
+                   fact.default, background)
+
+
+def table_command(table: dict[str, Section], given: dict, numbered: dict[str, str] | None = None) -> StringCommand:
+    """One command of every section of ``table`` for the fact's arguments ``given``, in the table's
+    order, the background ones last: a section's list of commands (one per target) runs as
+    sections "PREFIX 0", "PREFIX 1", ... (``numbered`` names PREFIX), a dict as the sections it names."""
+    quick: dict = {}
+    background: dict = {}
+    for name, section in table.items():
+        command = section.command(given)
+        if command is None:
+            continue
+        if isinstance(command, list):
+            parts = {f"{(numbered or {})[name]} {index}": each for index, each in enumerate(command)}
+        else:
+            parts = command if isinstance(command, dict) else {name: command}
+        (background if section.background else quick).update(parts)
+    return combined(quick, background)

@@ -9,7 +9,7 @@ from typing import TypedDict
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
-from facts.combine import combined, split
+from facts.combine import Section, of, split, table_command
 from facts.fabric import Links, NetLinks, Rdma, RdmaDevices
 from facts.gpu import GpuMemory, Memory
 from facts.serving import CONTAINER, Container, container_command, container_reading, record_sections, records_reading
@@ -70,53 +70,20 @@ class ServingStatus(FactBase[Status]):
 
     @staticmethod
     def default() -> Status:
-        return {"now": None, "container": None, "watchdog": {"live": None, "starts": None, "planned": None, "unreadable": []}, "log": [],
-                "memory": GpuMemory.default(), "links": NetLinks.default(),
-                "rdma": RdmaDevices.default(), "api": None, "records": {"served": None, "rollback": None}, "prometheus": None,
-                "door": None, "unreadable": []}
+        return {**{name: section.default() for name, section in SECTIONS.items()}, "unreadable": []}
 
     def command(self, programs: str, rail_ip: str, port: int, state_file: str, log_lines: int, stack_dir: str,
                 api: dict | None = None, prometheus: str | None = None, door: str | None = None, door_counts: str | None = None,
                 planned: str | None = None) -> StringCommand:
-        background = {
-            "container": container_command(),
-            "watchdog": StringCommand("python3", QuoteString(programs), "watchdog", "status", "--ip", rail_ip, "--port", str(port),
-                                      "--state", QuoteString(state_file), *(("--planned", QuoteString(planned)) if planned else ()), "2>&1"),
-            "log": StringCommand("docker", "logs", "--tail", str(log_lines), CONTAINER, "2>&1", "|", "tail", "-n", str(log_lines)),
-            "memory": GpuMemory().command(),
-        }
-        if api:
-            background["api"] = StringCommand("python3", QuoteString(programs), "health", "--url", QuoteString(api["url"]),
-                                              "--key-file", QuoteString(api["key_file"]), "--timeout", "10", "--metrics",
-                                              "2>/dev/null")
-        if prometheus:
-            background["prometheus"] = StringCommand("python3", QuoteString(programs), "metrics", "rates", "--url", QuoteString(prometheus),
-                                                     "--window", str(RATES_WINDOW), "--timeout", "5", "2>/dev/null")
-        if door:
-            background["door"] = StringCommand("python3", QuoteString(programs), "door", "state", "--socket", QuoteString(door),
-                                               *(("--counts", QuoteString(door_counts)) if door_counts else ()), "2>&1")
-        return combined({"now": StringCommand("date", "-u", "+%Y-%m-%dT%H:%M:%SZ"), "links": NetLinks().command(),
-                         "rdma": RdmaDevices().command(), **record_sections(stack_dir)}, background)
+        given = {"programs": programs, "rail_ip": rail_ip, "port": port, "state_file": state_file, "log_lines": log_lines,
+                 "stack_dir": stack_dir, "api": api, "prometheus": prometheus, "door": door, "door_counts": door_counts,
+                 "planned": planned}
+        return table_command(SECTIONS, given)
 
     def process(self, output: list[str]) -> Status:
         sections = split(output)
-        container, unreadable = container_reading(sections.get("container", []))
-        records, bad = records_reading(sections)
-        now = [line.strip() for line in sections.get("now", []) if line.strip()]
-        return {
-            "now": now[-1] if now else None,
-            "container": container,
-            "watchdog": watchdog_reading(sections.get("watchdog", [])),
-            "log": [line for line in sections.get("log", []) if line.strip()] if container else [],
-            "memory": GpuMemory().process(sections.get("memory", [])),
-            "links": NetLinks().process(sections.get("links", [])),
-            "rdma": RdmaDevices().process(sections.get("rdma", [])),
-            "api": api_reading(sections.get("api")),
-            "records": records,
-            "prometheus": prometheus_reading(sections["prometheus"]) if "prometheus" in sections else None,
-            "door": door_reading(sections["door"]) if "door" in sections else None,
-            "unreadable": sections[""] + unreadable + bad,
-        }
+        unreadable = container_reading(sections.get("container", []))[1] + records_reading(sections)[1]
+        return {**{name: section.value(sections, name) for name, section in SECTIONS.items()}, "unreadable": sections[""] + unreadable}
 
 
 def prometheus_reading(lines: list[str]) -> dict:
@@ -150,3 +117,56 @@ def door_reading(lines: list[str]) -> dict:
     if value is None:
         return {"ok": False, "error": "no front door answers on this node (its runtime API's socket is missing)"}
     return {"ok": True, **value} if isinstance(value, dict) else {"ok": False, "error": f"`door state` printed {value!r}"}
+
+
+def program(given: dict, *args) -> StringCommand:
+    """A call of the programs' archive, the node's own."""
+    return StringCommand("python3", QuoteString(given["programs"]), *args)
+
+
+def log(sections: dict[str, list[str]], name: str) -> list[str]:
+    """The container's last lines; none where there is no container (Docker's error is no log)."""
+    container = container_reading(sections.get("container", []))[0]
+    return [line for line in sections.get(name, []) if line.strip()] if container else []
+
+
+def last_line(sections: dict[str, list[str]], name: str) -> str | None:
+    found = [line.strip() for line in sections.get(name, []) if line.strip()]
+    return found[-1] if found else None
+
+
+def given_only(key: str, section: Section) -> Section:
+    """``section`` where the fact's argument ``key`` is given (the head's), else no command and None."""
+    return Section(lambda given: section.command(given) if given[key] else None,
+                   lambda sections, name: section.value(sections, name) if name in sections else None, section.default, section.background)
+
+
+# Every section of ServingStatus, by its name in the reading, in the order the command runs them:
+# the quick ones in turn, then every background one at once.
+SECTIONS: dict[str, Section] = {
+    "now": Section(lambda _: StringCommand("date", "-u", "+%Y-%m-%dT%H:%M:%SZ"), last_line),
+    "links": of(NetLinks),
+    "rdma": of(RdmaDevices),
+    "records": Section(lambda given: record_sections(given["stack_dir"]), lambda sections, _: records_reading(sections)[0],
+                       lambda: {"served": None, "rollback": None}),
+    "container": Section(lambda _: container_command(), lambda sections, name: container_reading(sections.get(name, []))[0],
+                         background=True),
+    "watchdog": Section(lambda given: program(given, "watchdog", "status", "--ip", given["rail_ip"], "--port", str(given["port"]),
+                                              "--state", QuoteString(given["state_file"]),
+                                              *(("--planned", QuoteString(given["planned"])) if given["planned"] else ()), "2>&1"),
+                        lambda sections, name: watchdog_reading(sections.get(name, [])),
+                        lambda: {"live": None, "starts": None, "planned": None, "unreadable": []}, background=True),
+    "log": Section(lambda given: StringCommand("docker", "logs", "--tail", str(given["log_lines"]), CONTAINER, "2>&1", "|", "tail", "-n",
+                                               str(given["log_lines"])), log, list, background=True),
+    "memory": of(GpuMemory, background=True),
+    "api": given_only("api", Section(lambda given: program(given, "health", "--url", QuoteString(given["api"]["url"]), "--key-file",
+                                                           QuoteString(given["api"]["key_file"]), "--timeout", "10", "--metrics", "2>/dev/null"),
+                                     lambda sections, name: api_reading(sections.get(name)), background=True)),
+    "prometheus": given_only("prometheus", Section(lambda given: program(given, "metrics", "rates", "--url", QuoteString(given["prometheus"]),
+                                                                         "--window", str(RATES_WINDOW), "--timeout", "5", "2>/dev/null"),
+                                                   lambda sections, name: prometheus_reading(sections[name]), background=True)),
+    "door": given_only("door", Section(lambda given: program(given, "door", "state", "--socket", QuoteString(given["door"]),
+                                                             *(("--counts", QuoteString(given["door_counts"])) if given["door_counts"] else ()),
+                                                             "2>&1"),
+                                       lambda sections, name: door_reading(sections[name]), background=True)),
+}

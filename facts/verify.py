@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import TypedDict
 
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from cluster import Cluster
-from facts.combine import combined, part, split
+from facts.combine import Section, combined, of, part, split, table_command
 from facts.fabric import DfPing, Links, NetLinks, Ping, Rdma, RdmaDevices
 from facts.gpu import GpuMemory, Memory
 from facts.host_prep import Account, SysctlReading, SysctlValue, UserGroups
@@ -41,27 +40,6 @@ class Readings(TypedDict):
     api: dict | None
     listening: list[str]
     unreadable: list[str]
-
-
-@dataclass(frozen=True)
-class Section:
-    """One section of the reading: its command from the fact's arguments (None: not on this node),
-    its value from the node's output (the sections by name, and its own name), its value where
-    nothing was read, and whether it runs in the background, a process of its own beside the others."""
-
-    command: Callable[[dict], StringCommand | None]
-    value: Callable[[dict[str, list[str]], str], object]
-    default: Callable[[], object] = lambda: None
-    background: bool = False
-
-
-def of(fact: type[FactBase], arguments: Callable[[dict], tuple] = lambda _: (), background: bool = False,
-       nested: bool = False) -> Section:
-    """The section of another fact of facts/, read as that fact reads its output (``nested``: its
-    own sections marked again)."""
-    return Section(lambda given: fact().command(*arguments(given)),
-                   lambda sections, name: fact().process(part(sections, name) if nested else sections.get(name, [])),
-                   fact.default, background)
 
 
 def numbered(prefix: str, fact: type[FactBase]) -> Callable[[dict[str, list[str]], str], list]:
@@ -149,14 +127,7 @@ class Readiness(FactBase[Readings]):
                 serving: dict) -> StringCommand:
         given = {"user": user, "pings": pings, "size": size, "ssh_to": ssh_to, "userns_key": userns_key, "runtime": runtime,
                  "serving": serving}
-        quick, background = {}, {}
-        for name, section in SECTIONS.items():
-            command = section.command(given)
-            if name in NUMBERED:
-                background |= {f"{NUMBERED[name]} {index}": each for index, each in enumerate(command)}
-            elif command is not None:
-                (background if section.background else quick)[name] = command
-        return combined(quick, background)
+        return table_command(SECTIONS, given, NUMBERED)
 
     def process(self, output: list[str]) -> Readings:
         sections = split(output)
