@@ -3,7 +3,9 @@ reads every node at the same time, each in one round trip (NodeState): all the f
 read there (``step_readings``). Until the run changes something, every step takes its readings
 from there; once any step has run a command on any node, every reading is taken anew. Change
 detection (and --dry) reads the nodes once; the run that follows reads them again before it
-changes anything. A reading outside the plan, or of a node that did not answer, is taken when asked.
+changes anything, unless change detection found nothing to change on any node: then the run
+changes nothing, and its steps decide again from the same readings. A reading outside the plan,
+or of a node that did not answer, is taken when asked.
 
 Only for what an operation reads before it yields its first command: a callback run while the
 changes execute (a FunctionCommand) reads the node itself."""
@@ -57,10 +59,16 @@ def changed_nothing() -> bool:
     return not any(data.operation_meta.executed for ops in state.ops.values() for data in ops.values())
 
 
+def nothing_to_change(cluster: Cluster) -> bool:
+    """Change detection found no step with a command for any node of ``cluster``."""
+    nodes = [inventory.get_host(node.hostname) for node in cluster.nodes]
+    return all(state.get_meta_for_host(node).ops_change == 0 for node in nodes)
+
+
 def taken(node: Host) -> dict[str, object]:
-    """The node's readings of this stage (change detection, or the changes executing), every node
-    read at once on the first call."""
-    executing = bool(state.is_executing)
+    """The node's readings of this stage (change detection, or the changes executing; those of
+    change detection when it found nothing to change), every node read at once on the first call."""
+    executing = bool(state.is_executing) and not nothing_to_change(node.data.cluster)
     if node not in _taken or _taken[node][0] != executing:
         for name in (other.hostname for other in host.data.cluster.nodes):
             peer = inventory.get_host(name)

@@ -247,7 +247,9 @@ def fake_hosts(case: dict, state) -> dict[str, FakeHost]:
 def running(case: dict):
     """pyinfra's context on the case's ``"host"``: the case's state and every node as a host
     (``fake_hosts``), by name."""
+    changes = {name: SimpleNamespace(ops_change=count) for name, count in case.get("changes", {}).items()}
     state = SimpleNamespace(
+        get_meta_for_host=lambda node: changes.get(node.name, SimpleNamespace(ops_change=0)),
         is_executing=case.get("executing", False),
         failed_hosts=set(),
         config=SimpleNamespace(DIFF=case.get("diff", False), TEMP_DIR=None, DEFAULT_TEMP_DIR="/tmp"),

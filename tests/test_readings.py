@@ -101,7 +101,7 @@ def test_a_reading_the_plan_lacks_is_taken_when_asked():
 
 
 def test_once_a_step_ran_a_command_every_reading_is_taken_anew():
-    with running(pair(executing=True)) as (state, hosts):
+    with running(pair(executing=True, changes={"spark-worker": 1})) as (state, hosts):
         head = hosts["spark-head"]
         read(head, MachineIds)
         state.ops[hosts["spark-worker"]] = {"op": SimpleNamespace(operation_meta=SimpleNamespace(executed=True))}
@@ -111,14 +111,17 @@ def test_once_a_step_ran_a_command_every_reading_is_taken_anew():
     assert read_alone(head) == ["identity.MachineIds", "identity.MachineIds"]
 
 
-def test_the_run_reads_again_what_change_detection_read():
-    with running(pair()) as (state, hosts):
+@pytest.mark.parametrize("changes", [{"spark-worker": 1}, {}], ids=["a change found", "nothing to change"])
+def test_the_run_reads_again_what_change_detection_read_unless_it_found_nothing_to_change(changes):
+    """Before it changes anything the run reads every node again; a run with nothing to change
+    decides again from the readings change detection took (verification then reads each node back)."""
+    with running(pair(changes=changes)) as (state, hosts):
         head, worker = hosts["spark-head"], hosts["spark-worker"]
         read(head, MachineIds)
         state.is_executing = True
         read(head, MachineIds)
         read(worker, MachineIds)
-    assert (whole(head), whole(worker)) == (2, 2)
+    assert (whole(head), whole(worker)) == ((2, 2) if changes else (1, 1))
     assert read_alone(head) == read_alone(worker) == []
 
 
