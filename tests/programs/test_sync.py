@@ -6,6 +6,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -151,9 +152,14 @@ def test_a_cut_transfer_resumes_where_it_stopped(model, tmp_path):
                                "--remote-state", str(dest / ".dual-spark-verified.json"), "--streams", "1"],
                               env=SSH, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 30
-    while not any(p.name.endswith(".safetensors") for p in dest.glob("*")) and time.monotonic() < deadline:
-        time.sleep(0.01)  # until the first shard is complete
-    subprocess.run(["pkill", "-KILL", "-f", f"sync receive --dir {dest}"])
+    while time.monotonic() < deadline:  # the sender runs in steps of 5 ms until the first shard is in
+        time.sleep(0.005)
+        os.kill(sender.pid, signal.SIGSTOP)
+        if any(p.name.endswith(".safetensors") for p in dest.glob("*")) or sender.poll() is not None:
+            break
+        os.kill(sender.pid, signal.SIGCONT)
+    subprocess.run(["pkill", "-KILL", "-f", f"sync receive --dir {dest}"])  # the sender is stopped with 73 MiB to go
+    os.kill(sender.pid, signal.SIGCONT)
     _, stderr = sender.communicate(timeout=60)
     assert sender.returncode == 1 and "Run the deploy again: it resumes" in stderr
     assert not (dest / ".dual-spark-verified.json").exists()
