@@ -2,12 +2,13 @@
 configuration and rules it renders for a pair and for four nodes; every alert made to fire, and
 to stay silent, by series that stand for the faults it names (`promtool test rules`); the
 recording rules computing what they say on known series; every name used where it is defined;
-every dashboard's queries valid PromQL over the recording rules. One promtool run per kind."""
+every dashboard's queries valid PromQL over the recording rules. One promtool run per fault or case, so that a failure names it."""
 
 from __future__ import annotations
 
 import json
 import re
+import shutil
 import subprocess
 from pathlib import Path
 
@@ -546,22 +547,32 @@ def recording_tests() -> dict:
             "tests": [{"name": "the recording rules", "interval": f"{INTERVAL}s", "input_series": series, "promql_expr_test": tests}]}
 
 
-def test_every_alert_fires_on_its_fault_and_stays_silent_otherwise(rendered):
+def test_every_alert_has_a_fault_that_fires_it(rendered):
+    alert_rules = yaml.safe_load((rendered["pair"] / "alerts.yml").read_text())
+    fired = {name for _, expected in FAULTS.values() for name in expected}
+    assert fired == {rule["alert"] for group in alert_rules["groups"] for rule in group["rules"]}, "an alert no fault fires"
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_every_alert_fires_on_its_fault_and_stays_silent_otherwise(rendered, tmp_path, fault):
     """A killed worker (the head stops generating, then its API is down until the pair heals), a
     rail at 100G, a rail down, a restart loop, vLLM dying again and again after it serves (and
     deliberate changes as often, which are no loop), a node gone, a collector stopped or never
     written, a clock behind, a textfile that does not parse, a reading that keeps failing, a GPU
     unread or gone, a GPU slowed by heat, memory or the model store running out, a rail counting
     errors, a full KV cache with requests waiting, speculation that accepts nothing; and a healthy
-    cluster, where none fires."""
-    here = rendered["pair"]
-    alert_rules = yaml.safe_load((here / "alerts.yml").read_text())
-    fired = {name for _, expected in FAULTS.values() for name in expected}
-    assert fired == {rule["alert"] for group in alert_rules["groups"] for rule in group["rules"]}, "an alert no fault fires"
-    (here / "alerts_test.yml").write_text(yaml.safe_dump(alert_tests(alert_rules), sort_keys=False))
-    (here / "recording_test.yml").write_text(yaml.safe_dump(recording_tests(), sort_keys=False))
-    output = promtool("test", "rules", "alerts_test.yml", "recording_test.yml", cwd=here)
-    assert output.count("SUCCESS") == 2, output
+    cluster, where none fires. One promtool run per fault."""
+    for name in ("recording.yml", "alerts.yml"):
+        shutil.copy(rendered["pair"] / name, tmp_path)
+    alert_rules = yaml.safe_load((tmp_path / "alerts.yml").read_text())
+    (tmp_path / "alerts_test.yml").write_text(yaml.safe_dump(alert_tests(alert_rules, (fault,)), sort_keys=False))
+    assert "SUCCESS" in promtool("test", "rules", "alerts_test.yml", cwd=tmp_path)
+
+
+def test_the_recording_rules_compute_what_they_name(rendered, tmp_path):
+    shutil.copy(rendered["pair"] / "recording.yml", tmp_path)
+    (tmp_path / "recording_test.yml").write_text(yaml.safe_dump(recording_tests(), sort_keys=False))
+    assert "SUCCESS" in promtool("test", "rules", "recording_test.yml", cwd=tmp_path)
 
 
 def test_an_alert_that_stays_silent_fails_its_test(rendered, tmp_path):
@@ -726,13 +737,14 @@ OBJECTIVE_CASES = {
 }
 
 
-def objective_tests(objective_rules: dict) -> dict:
-    """promtool's test file for objectives.yml: every case, every alert judged at every time."""
+def objective_tests(objective_rules: dict, cases: tuple[str, ...]) -> dict:
+    """promtool's test file for objectives.yml: each of ``cases``, every alert judged at every time."""
     alerts = {rule["alert"]: rule for group in objective_rules["groups"] for rule in group["rules"] if "alert" in rule}
     tests = []
-    for case, (series, expected) in OBJECTIVE_CASES.items():
+    for case in cases:
+        series, expected = OBJECTIVE_CASES[case]
         assert set(expected) <= set(alerts), case
-        cases = []
+        judged = []
         for time in OBJECTIVE_TIMES:
             for name, alert in alerts.items():
                 firing = expected.get(name, {}).get(time, [])
@@ -740,31 +752,41 @@ def objective_tests(objective_rules: dict) -> dict:
                     continue
                 exp = [{"exp_labels": {**{k: v for k, v in labels.items() if k != "$value"}, **alert["labels"]},
                         "exp_annotations": annotations(alert, labels)} for labels in firing]
-                cases.append({"eval_time": f"{time}m", "alertname": name, "exp_alerts": exp})
-        tests.append({"name": case, "interval": f"{INTERVAL}s", "input_series": series, "alert_rule_test": cases})
+                judged.append({"eval_time": f"{time}m", "alertname": name, "exp_alerts": exp})
+        tests.append({"name": case, "interval": f"{INTERVAL}s", "input_series": series, "alert_rule_test": judged})
     return {"rule_files": ["objectives.yml"], "evaluation_interval": f"{INTERVAL}s", "tests": tests}
 
 
-def test_every_objective_alert_fires_when_its_budget_burns_and_only_then(rendered):
-    """The burn-rate alerts against clients served well, no traffic, the door refusing everything,
-    a minute's burst (which pages nothing), vLLM's own errors, a steady trickle of failures (a
-    ticket, not a page), and first tokens and tokens late, steadily or all of a sudden."""
-    here = rendered["pair"]
-    objective_rules = yaml.safe_load((here / "objectives.yml").read_text())
+def objectives_judged(objectives: str, cases: tuple[str, ...], tmp_path: Path) -> subprocess.CompletedProcess:
+    """promtool's judgement of ``cases`` against the rule file ``objectives``."""
+    (tmp_path / "objectives.yml").write_text(objectives)
+    tests = objective_tests(yaml.safe_load(objectives), cases)
+    (tmp_path / "objectives_test.yml").write_text(yaml.safe_dump(tests, sort_keys=False))
+    return subprocess.run([tool("promtool"), "test", "rules", "objectives_test.yml"], cwd=tmp_path, capture_output=True, text=True, timeout=120)
+
+
+def test_every_objective_alert_has_a_case(rendered):
+    objective_rules = yaml.safe_load((rendered["pair"] / "objectives.yml").read_text())
     names = {rule["alert"] for group in objective_rules["groups"] for rule in group["rules"] if "alert" in rule}
     assert names == {name for _, expected in OBJECTIVE_CASES.values() for name, times in expected.items()
                      if any(times.values())}, "an objective alert no case fires"
-    (here / "objectives_test.yml").write_text(yaml.safe_dump(objective_tests(objective_rules), sort_keys=False))
-    output = promtool("test", "rules", "objectives_test.yml", cwd=here)
-    assert "SUCCESS" in output, output
+
+
+@pytest.mark.parametrize("case", OBJECTIVE_CASES)
+def test_every_objective_alert_fires_when_its_budget_burns_and_only_then(rendered, tmp_path, case):
+    """The burn-rate alerts against clients served well, no traffic, the door refusing everything,
+    a minute's burst (which pages nothing), vLLM's own errors, a steady trickle of failures (a
+    ticket, not a page), and first tokens and tokens late, steadily or all of a sudden. One
+    promtool run per case."""
+    done = objectives_judged((rendered["pair"] / "objectives.yml").read_text(), (case,), tmp_path)
+    assert done.returncode == 0 and "SUCCESS" in done.stdout, done.stdout + done.stderr
 
 
 def test_an_objective_alert_that_stays_silent_fails_its_test(rendered, tmp_path):
-    """The test above can fail: the same cases against rules whose error budget was taken as 10%."""
-    (tmp_path / "objectives.yml").write_text((rendered["pair"] / "objectives.yml").read_text().replace("* 0.01\n", "* 0.1\n"))
-    objective_rules = yaml.safe_load((tmp_path / "objectives.yml").read_text())
-    (tmp_path / "objectives_test.yml").write_text(yaml.safe_dump(objective_tests(objective_rules), sort_keys=False))
-    done = subprocess.run([tool("promtool"), "test", "rules", "objectives_test.yml"], cwd=tmp_path, capture_output=True, text=True)
+    """The test above can fail: a steady 5% failing against rules whose error budget was taken as 10%."""
+    objectives = (rendered["pair"] / "objectives.yml").read_text()
+    assert "* 0.01\n" in objectives
+    done = objectives_judged(objectives.replace("* 0.01\n", "* 0.1\n"), ("a steady 5% failing",), tmp_path)
     assert done.returncode != 0 and "DualSparkErrorBudgetSlowBurn" in done.stdout + done.stderr
 
 
