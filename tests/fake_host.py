@@ -266,7 +266,8 @@ def running(case: dict):
 def run_operation(op, case: dict) -> tuple[list, FakeHost]:
     """Run an operation's generator on the case's ``"host"`` with the arguments its task gives it
     there, ``"args"`` laid over them; diffs on if the case says ``"diff": true``. Its commands, and
-    the host with what was printed (``host.printed``) and every node (``host.nodes``)."""
+    the host with what was printed (``host.printed``), every node (``host.nodes``) and the commands
+    as pyinfra objects (``host.commands``)."""
     printed = Printed()
     with ExitStack() as stack:
         logger.addHandler(printed)
@@ -276,7 +277,8 @@ def run_operation(op, case: dict) -> tuple[list, FakeHost]:
         _, hosts = stack.enter_context(running(case))
         given = case.get("args", {})
         arguments = {**task_arguments(op, given), **given}
-        commands = [command_text(command) for command in op._inner(**arguments)]
+        raw = list(op._inner(**arguments))
+        commands = [command_text(command) for command in raw]
     host = hosts[case["host"]]
-    host.printed, host.nodes = printed.lines, hosts
+    host.printed, host.nodes, host.commands = printed.lines, hosts, raw
     return commands, host
