@@ -20,6 +20,10 @@ from dual_spark.watchdog import healthy
 from tests.net import free_port
 from tests.programs import ARCHIVE
 
+# The head, as workers see it: an address no other test connects to, since a worker watchdog counts
+# every link of this host's processes to it as its vLLM's (tests run side by side).
+HEAD_IP = "127.0.0.42"
+
 
 class FakeApi:
     """vLLM's API as the head's watchdog sees it: ``mode`` "ok" generates; "dead" fails and its
@@ -71,7 +75,7 @@ class FakeApi:
 
 
 class FakeHead:
-    """A head watchdog's status endpoint on 127.0.0.2, whose session and state can change."""
+    """A head watchdog's status endpoint on HEAD_IP, whose session and state can change."""
 
     def __init__(self, port: int, state: str = "serving"):
         self.session, self.state = "a" * 32, state
@@ -88,7 +92,7 @@ class FakeHead:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer(("127.0.0.2", port), Handler)
+        self.server = ThreadingHTTPServer((HEAD_IP, port), Handler)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() in 0.05 s, not 0.5
 
 
@@ -211,9 +215,9 @@ def test_the_worker_leaves_a_head_session_that_is_gone(vllm, tmp_path):
     """It joins the session of the head it is connected to; a new head session ends it."""
     port = free_port()
     head = FakeHead(port)
-    listener = socket.create_server(("127.0.0.2", 0))  # the head's vLLM rendezvous
-    links = [socket.create_connection(("127.0.0.2", port))]  # wait-for-head's, on the watchdogs' port: no link
-    process = watchdog("worker", "--ip", "127.0.0.1", "--head-ip", "127.0.0.2", "--port", str(port),
+    listener = socket.create_server((HEAD_IP, 0))  # the head's vLLM rendezvous
+    links = [socket.create_connection((HEAD_IP, port))]  # wait-for-head's, on the watchdogs' port: no link
+    process = watchdog("worker", "--ip", "127.0.0.1", "--head-ip", HEAD_IP, "--port", str(port),
                        "--pid", str(vllm.pid), "--interval", "0.2", "--state", str(tmp_path / "worker-starts"))
     try:
         time.sleep(1)
@@ -279,7 +283,7 @@ def test_a_worker_starts_vllm_only_once_the_heads_is_loading():
     rendezvous without a long backoff."""
     port = free_port()
     head = FakeHead(port)
-    process = watchdog("wait-for-head", "--head-ip", "127.0.0.2", "--port", str(port), "--timeout", "60")
+    process = watchdog("wait-for-head", "--head-ip", HEAD_IP, "--port", str(port), "--timeout", "60")
     try:
         time.sleep(1)
         head.session, head.state = "b" * 32, "waiting"
@@ -338,10 +342,10 @@ def test_every_worker_leaves_a_head_session_that_is_gone(tmp_path):
     """Two workers join the head's session; a new head session ends both their vLLMs."""
     port = free_port()
     head = FakeHead(port)
-    listener = socket.create_server(("127.0.0.2", 0))  # the head's vLLM rendezvous
+    listener = socket.create_server((HEAD_IP, 0))  # the head's vLLM rendezvous
     link = socket.create_connection(listener.getsockname())  # the ranks' connection to it
     sleepers = [subprocess.Popen(["sleep", "300"]) for _ in range(2)]
-    processes = [watchdog("worker", "--ip", f"127.0.0.{n}", "--head-ip", "127.0.0.2", "--port", str(port),
+    processes = [watchdog("worker", "--ip", f"127.0.0.{n}", "--head-ip", HEAD_IP, "--port", str(port),
                           "--pid", str(sleeper.pid), "--interval", "0.2", "--state", str(tmp_path / f"worker-{n}-starts"))
                  for n, sleeper in zip((3, 4), sleepers)]
     try:
