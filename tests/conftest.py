@@ -4,10 +4,11 @@ end-to-end tiers, the 4-node one (tests/cluster) last: its lab replaces the pair
 `as_root` makes its case as only root can (a file of another owner): skipped for other users, run
 by scripts/test in its root session.
 
-A run that leaves out `end_to_end` (the fast tier) spreads over FAST_TIER_WORKERS processes (pytest
--n auto, pytest.ini): its tests share nothing but the machine (each its own files and free ports,
-and an address of its own where a program counts every link to one). Every other run is one
-process: the lab's tiers share one lab."""
+A run that leaves out `end_to_end` (the fast tier) spreads over FAST_TIER_WORKERS processes
+(pytest.ini: -n auto --dist worksteal, so that a process that runs out takes tests from another's
+share and the slow files do not queue in one). Its tests share nothing but the machine: each has
+its own files and free ports, and an address of its own where a program counts every link to one.
+Every other run is one process: the lab's tiers share one lab."""
 
 import os
 from pathlib import Path
