@@ -23,7 +23,7 @@ from operations.own import claimed
 from operations.peer import acts_here
 from operations.readings import Reading, plans, read
 from operations.render import render, show_diff, show_line
-from operations.services import differs, dropin_put, from_staging, installed, restarted_or_reloaded, staged
+from operations.services import differs, from_staging, installed, restarted_or_reloaded, staged, units_put
 
 LUA = Path(__file__).resolve().parents[1] / "files/door"
 LUA_WHAT = {"counts.lua": "the door's counts, in Lua", "hold.lua": "the door's hold, in Lua"}  # as a diff names each
@@ -123,8 +123,7 @@ def door_running(settings: DoorSettings):
     files = reading["files"]["files"]
     dropin = DOOR["dropin"]
     configs = {f"{DOOR['dir']}/{name}": settings.files[f"{DOOR['dir']}/{name}"] for name in DOOR["files"]}
-    commands = dropin_put(dropin, settings.files[dropin], files.get(dropin))
-    dropin_changed = bool(commands)
+    commands, dropin_changed = units_put({dropin: settings.files[dropin]}, files)
     changed = [path for path, text in configs.items() if differs(text, files.get(path))]
     for path in changed:
         exists = (files.get(path) or {}).get("kind") == "file"

@@ -38,12 +38,12 @@ from layout import (
     VLLM_HOST,
     paths,
 )
-from operations.managed import put_config, show_changed
+from operations.managed import show_changed
 from operations.own import claimed
 from operations.peer import acts_here
 from operations.readings import Reading, plans, read
 from operations.render import render, show_line
-from operations.services import differs, dropin_put, from_staging, installed, restarted_or_reloaded, running, staged
+from operations.services import differs, from_staging, installed, restarted_or_reloaded, running, staged, units_put
 from operations.upload import upload
 from programs import digest
 
@@ -275,9 +275,9 @@ def exporters_running(settings: ObservabilitySettings):
     On every node: the OS's node exporter on the node's rail 0 address (a drop-in of its unit:
     never the management LAN), and the deploy's collector of Spark metrics (its own unit, running
     `dual-spark.pyz metrics collect` as its own user) writing the exporter's textfile in its own
-    directory. The unit files are written before the package is installed, so its first start
-    listens where they say; each service restarts only when its unit file changed, its package
-    is new (the collector: its user or directory), or it is not running.
+    directory. The unit files are written, and systemd told, before the package is installed, so
+    its first start listens where they say; each service restarts only when its unit file
+    changed, its package is new (the collector: its user or directory), or it is not running.
 
     + settings: the node's observability settings (``observability_settings``)
 
@@ -290,12 +290,10 @@ def exporters_running(settings: ObservabilitySettings):
     reading = read(host, ObservabilityState, **reading_arguments(settings))
     files = reading["files"]["files"]
     units = {UNITS["node_exporter"]: UNIT_FILES["node_exporter"], UNITS["collector"]: UNIT_FILES["collector"]}
-    changed = {unit: path for unit, path in units.items() if differs(settings.files[path], files.get(path))}
-    commands = [command for path in changed.values() for command in put_config(path, BytesIO(settings.files[path].encode()), "644", files.get(path))]
+    commands, changed_paths = units_put({path: settings.files[path] for path in units.values()}, files)
+    changed = {unit for unit, path in units.items() if path in changed_paths}
     new = list(installed(reading, ["prometheus-node-exporter"]))
     commands += new
-    if changed:
-        commands.append(StringCommand("systemctl", "daemon-reload"))
     home = list(collector_home(reading))
     commands += home
     for unit in units:
@@ -338,8 +336,7 @@ def prometheus_running(settings: ObservabilitySettings):
     files = reading["files"]["files"]
     dropin = UNIT_FILES["prometheus"]
     configs = {f"{PROMETHEUS_DIR}/{name}": settings.files[f"{PROMETHEUS_DIR}/{name}"] for name in CONFIG_FILES}
-    commands = dropin_put(dropin, settings.files[dropin], files.get(dropin))
-    dropin_changed = bool(commands)
+    commands, dropin_changed = units_put({dropin: settings.files[dropin]}, files)
     config_changed = [path for path, text in configs.items() if differs(text, files.get(path))]
     for path in config_changed:
         show_changed(path, configs[path], files.get(path), "the deploy's rules" if path.endswith(RULES) else None,

@@ -21,12 +21,13 @@ def differs(text: str, info: dict | None) -> bool:
     return file_differs(BytesIO(text.encode()), "644", info)
 
 
-def dropin_put(path: str, text: str, info: dict | None) -> list:
-    """A unit's drop-in ``path`` made ``text`` (its diff shown) and systemd told, when it differs;
-    nothing when it does not."""
-    if not differs(text, info):
-        return []
-    return [*put_config(path, BytesIO(text.encode()), "644", info), StringCommand("systemctl", "daemon-reload")]
+def units_put(units: dict[str, str], files: dict) -> tuple[list, list[str]]:
+    """Each unit file or drop-in of ``units`` (path: text) that differs from the node's (``files``:
+    the readings by path) made so, its diff shown, and systemd told once; the commands, and the
+    paths that changed."""
+    changed = [path for path, text in units.items() if differs(text, files.get(path))]
+    commands = [command for path in changed for command in put_config(path, BytesIO(units[path].encode()), "644", files.get(path))]
+    return (commands + [StringCommand("systemctl", "daemon-reload")] if changed else []), changed
 
 
 def staged(files: dict[str, str], staging: str) -> list:
