@@ -17,7 +17,7 @@ from collections.abc import Callable
 from weakref import WeakKeyDictionary
 
 import gevent
-from pyinfra import host, inventory, state
+from pyinfra import inventory, state
 from pyinfra.api import FactBase, Host
 
 from cluster import Cluster
@@ -70,7 +70,7 @@ def taken(node: Host) -> dict[str, object]:
     change detection when it found nothing to change), every node read at once on the first call."""
     executing = bool(state.is_executing) and not nothing_to_change(node.data.cluster)
     if node not in _taken or _taken[node][0] != executing:
-        for name in (other.hostname for other in host.data.cluster.nodes):
+        for name in (other.hostname for other in node.data.cluster.nodes):
             peer = inventory.get_host(name)
             if peer.connected and peer not in state.failed_hosts and (peer not in _taken or _taken[peer][0] != executing):
                 _taken[peer] = (executing, gevent.spawn(read_node, peer))

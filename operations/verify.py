@@ -14,9 +14,11 @@ from pyinfra.api import QuoteString, StringCommand, operation
 from checks import FAIL, Check
 from checks.node import USERNS_KEY, earlier_step_failed, node_checks, unreachable
 from checks.table import failure_summary, render
+from cluster import Cluster
 from facts.verify import Readiness, ping_targets, ssh_targets
 from layout import paths, smoke_marker, store_entry
 from operations.peer import failed_step, reachable
+from operations.readings import Reading, plans, read
 
 
 def answers(node) -> bool:
@@ -27,11 +29,8 @@ def answers(node) -> bool:
     return bool(node.connected)
 
 
-def read_node(node) -> dict | None:
-    """One node's readings, or None when it does not answer over SSH."""
-    if not answers(node):
-        return None
-    cluster = node.data.cluster
+def readiness_arguments(cluster: Cluster, name: str) -> dict:
+    """The arguments of the node ``name``'s Readiness."""
     settings = cluster.settings
     model_dir = store_entry(settings.model_dir, cluster.model.source)
     where = paths(settings.state_dir, model_dir)
@@ -39,13 +38,25 @@ def read_node(node) -> dict | None:
     runtime = {"tag": tag, "marker": smoke_marker(settings.state_dir, tag), "programs": where["programs"],
                "model_dir": model_dir, "manifest": where["manifest"], "state": where["verified"]}
     serving = {"stack_dir": settings.stack_dir, "key_file": where["api_key"]}
-    if cluster.node(node.name).role == "head":
+    if cluster.node(name).role == "head":
         serving |= {"api_host": settings.api_host, "api_port": settings.api_port}
-    return node.get_fact(
-        Readiness, user=cluster.deploy_user, pings=[f"{netdev} {address}" for _, netdev, _, address in ping_targets(cluster, node.name)],
-        size=settings.fabric_mtu - 28, ssh_to=[address for _, address in ssh_targets(cluster, node.name)], userns_key=USERNS_KEY,
-        runtime=runtime, serving=serving,
-    )
+    return {"user": cluster.deploy_user, "pings": [f"{netdev} {address}" for _, netdev, _, address in ping_targets(cluster, name)],
+            "size": settings.fabric_mtu - 28, "ssh_to": [address for _, address in ssh_targets(cluster, name)],
+            "userns_key": USERNS_KEY, "runtime": runtime, "serving": serving}
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    """Readiness is read with every step's readings: a run that changes nothing reports from
+    them, read a second before, rather than in a round trip of its own."""
+    return [(Readiness, readiness_arguments(cluster, name))]
+
+
+def read_node(node) -> dict | None:
+    """One node's readings, or None when it does not answer over SSH."""
+    if not answers(node):
+        return None
+    return read(node, Readiness, **readiness_arguments(node.data.cluster, node.name))
 
 
 def all_checks(nodes: list, read: Callable = read_node, rules: Callable = node_checks) -> list[Check]:
