@@ -21,6 +21,7 @@ several share, ``_serving/`` what both serving folders share."""
 import importlib
 import json
 import posixpath
+import shutil
 from pathlib import Path
 
 import pytest
@@ -28,6 +29,7 @@ from pyinfra.api import FileUploadCommand, OperationError
 
 from operations.upload import UPLOAD_DIR
 from tests.fake_host import command_text, load, operations, run_operation, site
+from tests.write_fixtures import write_case
 
 HERE = Path(__file__).parent
 FIXTURES = sorted((HERE / "operations").glob("[!_]*/[!_]*.json"))
@@ -94,3 +96,18 @@ def test_the_cases_upload_files():
     uploads = sum(command[0] == "upload" for fixture in FIXTURES for command in load(fixture).get("commands", [])
                   if isinstance(command, list))
     assert uploads > 20
+
+
+def test_the_writer_puts_back_what_the_code_does_and_nothing_else(tmp_path):
+    """tests/write_fixtures.py on a copy of the cases: a case whose expected commands were spoiled
+    gets the code's back; its readings and comment stay as written, and a case that was right is
+    not touched, byte for byte."""
+    copy = tmp_path / "operations"
+    shutil.copytree(HERE / "operations", copy)
+    spoiled, untouched = copy / "fabric.netplan_rails/changed.json", copy / "fabric.netplan_rails/new_file.json"
+    case = json.loads(spoiled.read_text())
+    right = case["commands"]
+    spoiled.write_text(json.dumps({**case, "commands": ["rm -rf /"]}))
+    before = untouched.read_bytes()
+    assert write_case(spoiled) and not write_case(untouched)
+    assert json.loads(spoiled.read_text()) == {**case, "commands": right} and untouched.read_bytes() == before

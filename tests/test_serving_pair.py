@@ -1,7 +1,7 @@
 """A two-node site written before the cluster model (tests/pair/site.toml) renders every node's
-compose.yaml and launch.sh byte for byte as pinned (tests/pair/expected/, GID 3 and a fixed model
-digest): as the pair-only code did, but for the programs, mounted and run as one archive, and the
-watchdog's digest. A four-node site renders its own."""
+netplan, compose.yaml and launch.sh byte for byte as pinned (tests/pair/expected/, GID 3 and a
+fixed model digest): as the pair-only code did, but for the programs, mounted and run as one
+archive, and the watchdog's digest. A four-node site renders its own."""
 
 import json
 from pathlib import Path
@@ -10,18 +10,15 @@ import pytest
 
 from operations.stack import desired, stack_settings, vllm_args
 from site_config import load_site
-
-PAIR = Path(__file__).parent / "pair"
-DIGEST = "0123456789ab"
+from tests.write_fixtures import PAIR, PAIR_DIGEST, PAIR_GID, write_pair
 
 
-@pytest.mark.parametrize("profile", ["adaptive", "fast", "long-c4"])
-def test_the_pair_renders_the_same_stacks(profile):
-    cluster = load_site(PAIR / "site.toml", overrides={"profile": profile})
-    for node in cluster.nodes:
-        stack = desired(stack_settings(cluster, node.hostname), 3, DIGEST)
-        assert stack.compose == (PAIR / "expected" / f"{node.role}.{profile}.compose.yaml").read_text(), node.hostname
-        assert stack.launch == (PAIR / "expected" / f"{node.role}.{profile}.launch.sh").read_text(), node.hostname
+def test_the_pair_renders_its_files_as_pinned(tmp_path):
+    """Every file of tests/pair/expected/ is what the pair's site renders now (tests/write_fixtures.py
+    writes them), and nothing more."""
+    assert len(write_pair(tmp_path)) == 14
+    assert {path.name: path.read_text() for path in tmp_path.iterdir()} == {
+        path.name: path.read_text() for path in (PAIR / "expected").iterdir()}
 
 
 def four_nodes(tmp_path, parallel: str) -> Path:
@@ -39,7 +36,7 @@ def four_nodes(tmp_path, parallel: str) -> Path:
 
 def test_four_nodes_name_every_rank(tmp_path):
     cluster = load_site(four_nodes(tmp_path, "tensor_parallel = 2\npipeline_parallel = 2"))
-    head, *workers = (desired(stack_settings(cluster, node.hostname), 3, DIGEST) for node in cluster.nodes)
+    head, *workers = (desired(stack_settings(cluster, node.hostname), PAIR_GID, PAIR_DIGEST) for node in cluster.nodes)
     assert [node.hostname for node in cluster.nodes] == ["spark-a", "spark-b", "spark-3", "spark-4"]
     waits = [line for line in head.launch.splitlines() if "wait-for-worker" in line]
     assert waits == [f"watchdog wait-for-worker --worker-ip 10.10.0.{n} --port 25001 --timeout 600" for n in (2, 3, 4)]

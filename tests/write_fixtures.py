@@ -1,0 +1,103 @@
+"""Write what the fast tier expects of the code from the code as it is now, for a change that
+means to change it: each operation case's outcome in tests/operations/ (its commands, or its
+no-op description, or its error; the printed lines where the case holds them) and what the
+pair's site renders in tests/pair/expected/ (netplan, and the stacks of every profile). What a case is about (its site, arguments and readings) is
+never written here. Review the diff as data before committing it.
+
+    .venv/bin/python -m tests.write_fixtures              # every case and the pair's files
+    .venv/bin/python -m tests.write_fixtures CASE.json... # those cases only
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import io
+import json
+import sys
+from pathlib import Path
+
+from pyinfra.api import OperationError
+
+from operations.fabric import render_netplan
+from operations.stack import desired, stack_settings
+from site_config import load_site
+from tests.fake_host import load, run_operation
+
+TESTS = Path(__file__).parent
+PAIR = TESTS / "pair"
+PAIR_DIGEST, PAIR_GID = "0123456789ab", 3  # as tests/test_serving_pair.py renders them
+PROFILES = ("adaptive", "fast", "long-c4")
+
+
+def outcome(case_path: Path) -> dict:
+    """What the operation of the case at ``case_path`` does now: {"exception"} or {"commands",
+    "noop" (with no command), "printed" (where the case holds printed lines)}."""
+    case = load(case_path)
+    module, name = case_path.parent.name.rsplit(".", 1)
+    op = getattr(importlib.import_module(f"operations.{module}"), name)
+    try:
+        with contextlib.redirect_stdout(io.StringIO()):  # the tables verification and status print
+            commands, host = run_operation(op, case)
+    except OperationError as error:
+        return {"exception": str(error)}
+    found = {"commands": commands}
+    if not commands:
+        found["noop"] = host.noop_description
+    if "printed" in case:
+        found["printed"] = host.printed
+    return found
+
+
+def write_case(case_path: Path) -> bool:
+    """The case's own file with its outcome as the code gives it; whether it changed. A key its
+    base already holds with the same value is left to the base; a file whose values stay is left
+    as it was written."""
+    merged, own = load(case_path), json.loads(case_path.read_text())
+    updated = dict(own)
+    for key, value in outcome(case_path).items():
+        if key in own or merged.get(key) != value:
+            updated[key] = value
+    if updated == own:
+        return False
+    case_path.write_text(json.dumps(updated, indent=2, ensure_ascii=False) + "\n")
+    return True
+
+
+def pair_files() -> dict[str, str]:
+    """What the pair's site renders, by the name tests/pair/expected/ gives it: each node's
+    netplan, and its compose.yaml and launch.sh per profile."""
+    files = {}
+    for profile in PROFILES:
+        cluster = load_site(PAIR / "site.toml", overrides={"profile": profile})
+        for node in cluster.nodes:
+            others = [other.hostname for other in cluster.others(node.hostname)]
+            files[f"{node.role}.netplan.yaml"] = render_netplan(node.hostname, others, node.rail_data, cluster.settings.fabric_mtu)
+            stack = desired(stack_settings(cluster, node.hostname), PAIR_GID, PAIR_DIGEST)
+            files[f"{node.role}.{profile}.compose.yaml"], files[f"{node.role}.{profile}.launch.sh"] = stack.compose, stack.launch
+    return files
+
+
+def write_pair(expected: Path = PAIR / "expected") -> list[Path]:
+    """``expected`` as the pair's site renders it (``pair_files``); the files rewritten."""
+    written = []
+    for name, text in pair_files().items():
+        path = expected / name
+        if not path.exists() or path.read_text() != text:
+            path.write_text(text)
+            written.append(path)
+    return written
+
+
+def main(arguments: list[str]) -> None:
+    cases = [Path(argument) for argument in arguments] or sorted((TESTS / "operations").glob("[!_]*/[!_]*.json"))
+    written = [case for case in cases if write_case(case)]
+    if not arguments:
+        written += write_pair()
+    for path in written:
+        print(f"wrote {path}")
+    print(f"{len(written)} file(s) changed of {len(cases)} case(s){'' if arguments else ' and the pair'}")
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])
