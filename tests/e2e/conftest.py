@@ -11,6 +11,7 @@ import subprocess
 import sys
 import threading
 import time
+from contextlib import ExitStack
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from lab.config import LAB_DIR
 from lab.core import Lab
 from lab.lock import LabLock
 from lab.site import table
+from site_config import load_site
 from site_schema import toml_value
 from tests.net import free_port
 
@@ -71,6 +73,16 @@ def converged(lab):
     result = pyinfra("-y")
     assert result.returncode == 0, result.stdout
     return result
+
+
+@pytest.fixture(scope="module")
+def api(converged):
+    """The API through an SSH tunnel to the head, as a client reaches it: URL and key."""
+    from bench.endpoint import through_site
+
+    with ExitStack() as stack:
+        url, key, _ = through_site(stack, load_site(SITE), accept_new=False)
+        yield url, key
 
 
 @pytest.fixture(scope="module")

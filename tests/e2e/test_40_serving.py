@@ -49,16 +49,6 @@ def serving(converged):
     return result
 
 
-@pytest.fixture(scope="module")
-def api(serving):
-    """The API through an SSH tunnel to the head, as a client reaches it: URL and key."""
-    from bench.endpoint import through_site
-
-    with ExitStack() as stack:
-        url, key, _ = through_site(stack, load_site(SITE), accept_new=False)
-        yield url, key
-
-
 def chat(url: str, key: str, content: str = "spark fabric rail", max_tokens: int = 8) -> requests.Response:
     return requests.post(f"{url}/v1/chat/completions", headers={"Authorization": f"Bearer {key}"}, timeout=120,
                          json={"model": "tiny", "messages": [{"role": "user", "content": content}], "max_tokens": max_tokens})
