@@ -3,7 +3,8 @@ speculation) read as a vLLM that predates it. Once vllm.config.speculative has r
 SpeculativeConfig loses the fields num_speculative_tokens_per_batch_size and
 enable_adaptive_verification from its dataclass fields, which is what the deploy's smoke test
 reads (files/dual_spark/smoke.py SMOKE): the deploy's refusal of a profile key an image lacks is then
-proven against a real image. Nothing in it is served: such a profile is refused before it starts."""
+proven against a real image. A profile that asks for neither is served from it as from any image
+(tests/e2e/test_42_image_support.py switches to it and back through the front door)."""
 
 import importlib.abc
 import importlib.machinery
