@@ -1,6 +1,7 @@
 """The site file's schema (site_schema.py) through the loader: each class of broken input a user
 writes is refused naming the field, and generated wrong shapes and values for every declared key
-are refused naming it or accepted, never a traceback.
+are taken exactly when the key's declaration takes them (its kind, its rule, its items' and
+names'), and refused naming it otherwise: never a traceback.
 
 The documents are TOML text that load_site reads as it reads a file (SiteText: the disk left
 out); tests/test_site_config.py and the unreadable and deep files below read real files."""
@@ -279,14 +280,45 @@ VALUES = st.recursive(
     max_leaves=6,
 )
 PLACES = (
-    [(f"ssh.{key}", f"ssh.{key}") for key in schema.SSH]
-    + [(f"node.0.{key}", f"node[0].{key}") for key in schema.NODE]
-    + [(f"node.1.rail.0.{key}", f"node[1].rail[0].{key}") for key in schema.RAIL]
-    + [(f"settings.{key}", f"settings.{key}") for key in schema.SETTINGS]
-    + [(f"model.{key}", f"model.{key}") for key in schema.MODEL]
-    + [(f"image.tony-overlay.{key}", f"image.tony-overlay.{key}") for key in schema.IMAGE]
-    + [(f"profile.fast.{key}", f"profile.fast.{key}") for key in schema.PROFILE]
+    [(f"ssh.{key}", f"ssh.{key}", declared) for key, declared in schema.SSH.items()]
+    + [(f"node.0.{key}", f"node[0].{key}", declared) for key, declared in schema.NODE.items()]
+    + [(f"node.1.rail.0.{key}", f"node[1].rail[0].{key}", declared) for key, declared in schema.RAIL.items()]
+    + [(f"settings.{key}", f"settings.{key}", declared) for key, declared in schema.SETTINGS.items()]
+    + [(f"model.{key}", f"model.{key}", declared) for key, declared in schema.MODEL.items()]
+    + [(f"image.tony-overlay.{key}", f"image.tony-overlay.{key}", declared) for key, declared in schema.IMAGE.items()]
+    + [(f"profile.fast.{key}", f"profile.fast.{key}", declared) for key, declared in schema.PROFILE.items()]
 )
+# Keys a value's declaration alone does not decide, and that no generated value meets: a node's rails
+# (a table of tables, each checked as [[node.rail]] above) and a build context (a directory on disk
+# holding a Dockerfile).
+UNDECLARED = (schema.NODE["rail"], schema.IMAGE["build"])
+
+
+def declared(value, key: schema.Key) -> bool:
+    """Whether ``value`` is what ``key`` declares: of its kind (a bool is no number; an int is a
+    float), its rule taking it, and so every item and name it declares for a list or table."""
+    kinds = key.kind if isinstance(key.kind, tuple) else (key.kind,)
+    if not (bool in kinds if isinstance(value, bool) else isinstance(value, kinds) or (float in kinds and isinstance(value, int))):
+        return False
+    if key.rule is not None and key.rule(value) is not None:
+        return False
+    items = value.values() if isinstance(value, dict) else value if isinstance(value, list) else []
+    return (key.item is None or all(declared(item, key.item) for item in items)) and (
+        key.names is None or not isinstance(value, dict) or all(declared(name, key.names) for name in value))
+
+
+def taken(key: schema.Key, value) -> bool:
+    return not any(key is undeclared for undeclared in UNDECLARED) and declared(value, key)
+
+
+SETTING_NAMES = set(schema.SETTINGS)
+
+
+def taken_or_related(message: str | None, name: str) -> bool:
+    """A value its declaration takes is taken, unless a relation with another setting refuses it
+    (two ports alike, an http flag for an https hub): each problem then names both."""
+    problems = [line for line in (message or "").splitlines()[1:] if line.startswith("  - ")]
+    return message is None or all(name in line and any(other in line for other in SETTING_NAMES - {name}) for line in problems)
 
 
 @pytest.fixture
@@ -311,23 +343,29 @@ def outcome(document: dict, overrides: dict | None = None, setting: str | None =
     return None
 
 
-@pytest.mark.parametrize("place, field", PLACES, ids=[p[1] for p in PLACES])
+@pytest.mark.parametrize("place, field, key", PLACES, ids=[p[1] for p in PLACES])
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=VALUES)
-def test_any_value_of_any_key_is_refused_naming_it_or_accepted(defaults_read_once, place, field, value):
+def test_any_value_of_any_key_is_taken_exactly_when_its_declaration_takes_it(defaults_read_once, place, field, key, value):
+    """Taken (for a setting, as what runs), or refused by a relation naming it and the other
+    setting; a value its declaration refuses is refused naming the key."""
     message = outcome(with_(place, value), None, *((place.removeprefix("settings."), value) if place.startswith("settings.") else ()))
-    if message is not None:
-        key = field.rsplit(".", 1)[-1]
-        assert any(line.startswith("  - ") and key in line for line in message.splitlines()[1:]), message
+    name = field.rsplit(".", 1)[-1]
+    if taken(key, value):
+        assert taken_or_related(message, name), (value, message)
+    else:
+        assert message is not None and any(line.startswith("  - ") and name in line for line in message.splitlines()[1:]), (value, message)
 
 
-@pytest.mark.parametrize("key", sorted(schema.SETTINGS))
+@pytest.mark.parametrize("name", sorted(schema.SETTINGS))
 @settings(max_examples=25, deadline=None, derandomize=True, suppress_health_check=[HealthCheck.function_scoped_fixture])
 @given(value=VALUES)
-def test_any_override_is_refused_naming_it_or_accepted(defaults_read_once, key, value):
-    message = outcome(GOOD, {key: value}, key, value)
-    if message is not None:
-        assert f"- --data {key}" in message, message
+def test_any_override_is_taken_exactly_when_its_declaration_takes_it(defaults_read_once, name, value):
+    message = outcome(GOOD, {name: value}, name, value)
+    if taken(schema.SETTINGS[name], value):
+        assert taken_or_related(message, name), (value, message)
+    else:
+        assert message is not None and f"- --data {name}" in message, (value, message)
 
 
 @pytest.mark.parametrize("document, field", [
