@@ -226,7 +226,10 @@ def test_a_planned_stop_lets_the_request_in_flight_finish_and_holds_the_next(doo
     time.sleep(0.5)
     stopping = subprocess.Popen([sys.executable, str(ARCHIVE), "door", "stop", "--socket", socket, "--drain", "30", "--",
                                  "kill", str(vllm.process.pid)], stderr=subprocess.PIPE, text=True)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 15
+    while not json.loads(door_program("state", "--socket", socket).stdout)["door"]["status"].startswith("DRAIN"):
+        assert time.monotonic() < deadline, "the stop never drained vLLM"
+        time.sleep(0.1)
     held_thread = in_background(url + "/v1/models", held)
     assert stopping.wait(timeout=30) == 0
     assert "1 in flight" in stopping.stderr.read()
