@@ -223,7 +223,10 @@ def test_a_planned_stop_lets_the_request_in_flight_finish_and_holds_the_next(doo
     slow: list = []
     held: list = []
     slow_thread = in_background(url + "/slow", slow)
-    time.sleep(0.5)
+    deadline = time.monotonic() + 15
+    while json.loads(door_program("state", "--socket", socket).stdout)["door"]["in_flight"] != 1:
+        assert time.monotonic() < deadline, "the slow request never reached vLLM"
+        time.sleep(0.1)
     stopping = subprocess.Popen([sys.executable, str(ARCHIVE), "door", "stop", "--socket", socket, "--drain", "30", "--",
                                  "kill", str(vllm.process.pid)], stderr=subprocess.PIPE, text=True)
     deadline = time.monotonic() + 15
