@@ -1,5 +1,5 @@
-"""systemd units as a reading: each unit's `systemctl is-active` and `is-enabled`, for the
-readings of the services the deploy runs (observability, the front door)."""
+"""systemd units as a reading: each unit's active state and unit-file state, from one `systemctl
+show` of them all, for the readings of the services the deploy runs (observability, the front door)."""
 
 from __future__ import annotations
 
@@ -7,29 +7,39 @@ from typing import TypedDict
 
 from pyinfra.api import QuoteString, StringCommand
 
-from facts.combine import read_lines
+PROPERTIES = "Id,ActiveState,UnitFileState"
 
 
 class Service(TypedDict):
-    active: str  # systemctl is-active: "active", "inactive", "failed", "activating", ...; "unknown": it said nothing
-    enabled: str  # systemctl is-enabled: "enabled", "disabled", ...; "unknown": it said nothing (no such unit)
+    active: str  # ActiveState (as is-active says): "active", "inactive", "failed", "activating", ...; "unknown": systemctl said nothing
+    enabled: str  # UnitFileState (as is-enabled says): "enabled", "disabled", "static", ...; "unknown": none (no such unit)
 
 
 def units_command(units: list[str]) -> StringCommand:
-    return StringCommand(
-        "for u in", *(QuoteString(unit) for unit in units), "; do",
-        'echo "unit $u|$(systemctl is-active "$u" 2>/dev/null | head -n 1)|$(systemctl is-enabled "$u" 2>/dev/null | head -n 1)";',
-        "done")
+    """The units asked for on one line, then systemctl's blocks of them (a blank line between two)."""
+    quoted = [QuoteString(unit) for unit in units]
+    return StringCommand("echo", "units", *quoted, ";", "systemctl", "show", f"--property={PROPERTIES}", "--", *quoted, "2>/dev/null")
 
 
 def units_read(lines: list[str]) -> tuple[dict[str, Service], list[str]]:
-    """Each unit's state, and the lines that could not be read."""
-    units: dict[str, Service] = {}
-
-    def parse(line: str) -> None:
-        unit, active, enabled = line.strip().split("|")
-        if not unit.startswith("unit ") or " " in unit[5:] or not unit[5:]:
-            raise ValueError(line)
-        units[unit[5:]] = {"active": active.strip() or "unknown", "enabled": enabled.strip() or "unknown"}
-
-    return units, read_lines([line for line in lines if line.strip()], parse)
+    """Each unit asked for, and the lines that could not be read. A unit systemctl said nothing
+    of (no systemd) reads "unknown" for both."""
+    asked = next((line.split()[1:] for line in lines if line.startswith("units ")), [])
+    units: dict[str, Service] = {unit: {"active": "unknown", "enabled": "unknown"} for unit in asked}
+    unreadable: list[str] = []
+    block: dict[str, str] = {}
+    for line in [*(line.rstrip("\n") for line in lines if not line.startswith("units ")), ""]:
+        key, equals, value = line.strip().partition("=")
+        if equals and key in PROPERTIES.split(","):
+            block[key] = value
+            continue
+        if line.strip():
+            unreadable.append(line)
+            continue
+        unit = block.get("Id", "").removesuffix(".service")
+        if unit in units:
+            units[unit] = {"active": block.get("ActiveState") or "unknown", "enabled": block.get("UnitFileState") or "unknown"}
+        elif block:
+            unreadable += [f"{key}={value}" for key, value in block.items()]
+        block = {}
+    return units, unreadable

@@ -1,7 +1,7 @@
 """The lab's stand-in for systemctl (lab/factory/usr/local/sbin/systemctl), which runs the units
 the deploy manages on nodes without systemd: it reads a unit and its drop-ins as systemd does (an
 empty ExecStart= resets, EnvironmentFile=, ${VAR} and $VAR), supervises the process as Restart=
-says, sends SIGHUP on reload and reports is-active and is-enabled; run here on a tree of its own."""
+says, sends SIGHUP on reload and reports is-active, is-enabled and show; run here on a tree of its own."""
 
 import os
 import signal
@@ -80,3 +80,20 @@ def test_a_unit_that_fails_at_once_reads_as_failed(root):
     systemctl(root, "reset-failed", "broken")
     assert systemctl(root, "is-active", "broken").stdout.strip() == "inactive"
     assert systemctl(root, "is-enabled", "nosuch").stdout == "" and systemctl(root, "start", "nosuch").returncode == 5
+
+
+def test_show_reads_as_is_active_and_is_enabled_say(root):
+    """The deploy reads every unit in one `systemctl show` (facts/units.py): what it makes of the
+    stand-in's blocks is what is-active and is-enabled say of each unit, "unknown" for no unit file."""
+    from facts.units import PROPERTIES, units_read
+
+    systemctl(root, "enable", "--now", "demo")
+    systemctl(root, "start", "broken")
+    wait_for(lambda: systemctl(root, "is-active", "broken").stdout.strip() == "failed")
+    names = ["demo", "broken", "nosuch"]
+    shown = systemctl(root, "show", f"--property={PROPERTIES}", "--", *names)
+    units, unreadable = units_read([f"units {' '.join(names)}", *shown.stdout.splitlines()])
+    assert unreadable == []
+    assert units == {name: {"active": systemctl(root, "is-active", name).stdout.strip(),
+                            "enabled": systemctl(root, "is-enabled", name).stdout.strip() or "unknown"} for name in names}
+    assert units["demo"] == {"active": "active", "enabled": "enabled"} and units["broken"]["active"] == "failed"
