@@ -1,6 +1,8 @@
-"""Everything verification reads from one node, in one round trip: the fabric, limits,
-identity, the deploy user, Docker, memory, the runtime artifacts and the serving stack; pings
-to the other nodes, SSH logins to them and the API's one-token probe run at the same time as the rest."""
+"""What verification reads of one node beyond what the steps read there, in one round trip: the
+fabric, limits, the deploy user's logins, Docker and memory; pings to the other nodes, SSH logins
+to them and the API's one-token probe run at the same time as the rest. Verification takes the
+rest of its table (identity, the deploy user, the runtime artifacts, the serving stack) from the
+steps' own readings, read in the same round trip (operations/verify.py)."""
 
 from __future__ import annotations
 
@@ -11,35 +13,47 @@ from typing import TypedDict
 from pyinfra.api import FactBase, QuoteString, StringCommand
 
 from cluster import Cluster
-from facts.combine import Section, combined, of, part, split, table_command
+from facts.combine import Section, of, split, table_command
 from facts.fabric import DfPing, Links, NetLinks, Ping, Rdma, RdmaDevices
 from facts.gpu import GpuMemory, Memory
 from facts.host_prep import Account, SysctlReading, SysctlValue, UserGroups
 from facts.identity import HostKeys, Identity, MachineIds, SshHostKeyFingerprints
 from facts.limits import LoginMemlock, Memlock
 from facts.runtime import Image, ImageState, Model, ModelState
-from facts.serving import Serving, ServingState, stack_sections
+from facts.serving import Serving, ServingState
 from facts.ssh_trust import Login, SshLogin
 
 
-class Readings(TypedDict):
+class Own(TypedDict):
     links: Links
     rdma: Rdma
     pings: list[Ping]
     memlock: Memlock
     userns: SysctlReading
-    identity: Identity
     host_keys: HostKeys
-    user: Account
     docker: str | None
     memory: Memory
     ssh_to: list[Login]
-    image: Image
-    model: Model
-    serving: Serving
     api: dict | None
     listening: list[str]
     unreadable: list[str]
+
+
+class Readings(Own):
+    """A node's rows of the readiness table read: Readiness's own sections and the steps' readings
+    it shares (``SHARED``)."""
+
+    identity: Identity
+    user: Account
+    image: Image
+    model: Model
+    serving: Serving
+
+
+# The readings verification shares with the steps, by their name in Readings: the same facts with
+# the same arguments (operations/verify.py), so one reading of each serves both.
+SHARED: dict[str, type[FactBase]] = {"identity": MachineIds, "user": UserGroups, "image": ImageState, "model": ModelState,
+                                     "serving": ServingState}
 
 
 def numbered(prefix: str, fact: type[FactBase]) -> Callable[[dict[str, list[str]], str], list]:
@@ -62,12 +76,11 @@ def listening(sections: dict[str, list[str]], name: str) -> list[str]:
 
 def health(given: dict) -> StringCommand | None:
     """The programs' one-token probe of the API, on the head."""
-    runtime, serving = given["runtime"], given["serving"]
-    if "api_port" not in serving:
+    api = given["api"]
+    if api is None:
         return None
-    return StringCommand("python3", QuoteString(runtime["programs"]), "health", "--url",
-                         QuoteString(f"http://{serving['api_host']}:{serving['api_port']}"),
-                         "--key-file", QuoteString(serving["key_file"]), "--timeout", "20", "2>/dev/null")
+    return StringCommand("python3", QuoteString(api["programs"]), "health", "--url", QuoteString(f"http://{api['host']}:{api['port']}"),
+                         "--key-file", QuoteString(api["key_file"]), "--timeout", "20", "2>/dev/null")
 
 
 # Every section of Readiness, by its name in the reading, in the order the command runs them: the
@@ -77,11 +90,9 @@ SECTIONS: dict[str, Section] = {
     "links": of(NetLinks),
     "rdma": of(RdmaDevices),
     "userns": of(SysctlValue, lambda given: (given["userns_key"],)),
-    "identity": of(MachineIds),
-    "user": of(UserGroups, lambda given: (given["user"],)),
     "docker": Section(lambda _: StringCommand("command", "-v", "docker", "||", "true"), docker_path),
-    "listening": Section(lambda given: StringCommand("ss", "-Hltn", QuoteString(f"sport = :{given['serving']['api_port']}"),
-                                                     "2>/dev/null") if "api_port" in given["serving"] else None, listening, list),
+    "listening": Section(lambda given: StringCommand("ss", "-Hltn", QuoteString(f"sport = :{given['api']['port']}"), "2>/dev/null")
+                         if given["api"] is not None else None, listening, list),
     "pings": Section(lambda given: [DfPing().command(*pair.split(), size=given["size"]) for pair in given["pings"]],
                      numbered("ping", DfPing), list, background=True),
     "ssh_to": Section(lambda given: [SshLogin().command(given["user"], address) for address in given["ssh_to"]],
@@ -90,46 +101,35 @@ SECTIONS: dict[str, Section] = {
     "memlock": of(LoginMemlock, lambda given: (given["user"],), background=True),
     "host_keys": of(SshHostKeyFingerprints, background=True),
     "memory": of(GpuMemory, background=True),
-    "image": of(ImageState, lambda given: (given["runtime"]["tag"], given["runtime"]["marker"]), background=True, nested=True),
-    "model": of(ModelState, lambda given: (given["runtime"]["programs"], given["runtime"]["model_dir"], given["runtime"]["manifest"],
-                                           given["runtime"]["state"], given["user"]), background=True, nested=True),
-    "serving": Section(lambda given: combined(stack_sections(given["serving"]["stack_dir"], given["serving"]["key_file"],
-                                                             given["runtime"]["manifest"])),
-                       lambda sections, name: ServingState().process(part(sections, name)), ServingState.default, background=True),
 }
 NUMBERED = {"pings": "ping", "ssh_to": "ssh"}  # sections of one command per target, named "ping 0", "ping 1", ...
 
 
-class Readiness(FactBase[Readings]):
+class Readiness(FactBase[Own]):
     """
-    The readings behind one node's rows of the readiness table (``SECTIONS``). ``pings`` are
-    "netdev address" pairs, pinged with ``size``-byte don't-fragment probes; ``ssh_to`` the
-    addresses of other nodes ``user`` must reach without a password; ``runtime`` the arguments of
-    ImageState (tag, marker) and ModelState (programs, model_dir, manifest, state); ``serving`` the
-    stack directory and key file, and on the head the API's host and port (the one-token probe of
-    the programs' `health` runs at the same time as the rest).
+    The readings behind one node's rows of the readiness table that no step takes (``SECTIONS``).
+    ``pings`` are "netdev address" pairs, pinged with ``size``-byte don't-fragment probes;
+    ``ssh_to`` the addresses of other nodes ``user`` must reach without a password; ``api`` on the
+    head: the programs, the API's host and port and its key file (the one-token probe of the
+    programs' `health` runs at the same time as the rest), None on a worker.
 
     .. code:: python
 
         {"links": {...NetLinks...}, "rdma": {...RdmaDevices...}, "pings": [{...DfPing...}],
-         "memlock": {"limit": "unlimited", ...}, "userns": {"value": 0, ...}, "identity": {...MachineIds...},
-         "host_keys": {...}, "user": {"exists": True, "uid": 1000, "groups": ["docker"], ...},
+         "memlock": {"limit": "unlimited", ...}, "userns": {"value": 0, ...}, "host_keys": {...},
          "docker": "/usr/bin/docker", "memory": {...GpuMemory...}, "ssh_to": [{"ok": True, ...}],
-         "image": {...ImageState...}, "model": {...ModelState...}, "serving": {...ServingState...},
          "api": {"ok": True, "model": "tiny", "max_model_len": 512, ...}, "listening": ["127.0.0.1"], "unreadable": []}
     """
 
     @staticmethod
-    def default() -> Readings:
+    def default() -> Own:
         return {**{name: section.default() for name, section in SECTIONS.items()}, "unreadable": []}
 
-    def command(self, user: str, pings: list[str], size: int, ssh_to: list[str], userns_key: str, runtime: dict,
-                serving: dict) -> StringCommand:
-        given = {"user": user, "pings": pings, "size": size, "ssh_to": ssh_to, "userns_key": userns_key, "runtime": runtime,
-                 "serving": serving}
+    def command(self, user: str, pings: list[str], size: int, ssh_to: list[str], userns_key: str, api: dict | None) -> StringCommand:
+        given = {"user": user, "pings": pings, "size": size, "ssh_to": ssh_to, "userns_key": userns_key, "api": api}
         return table_command(SECTIONS, given, NUMBERED)
 
-    def process(self, output: list[str]) -> Readings:
+    def process(self, output: list[str]) -> Own:
         sections = split(output)
         return {**{name: section.value(sections, name) for name, section in SECTIONS.items()}, "unreadable": sections[""]}
 

@@ -93,3 +93,15 @@ def read(node: Host, fact: type[FactBase], **arguments):
         if found is not None:
             return found
     return node.get_fact(fact, **arguments)
+
+
+def read_many(node: Host, wanted: list[Reading]) -> list:
+    """Each of ``wanted`` of ``node``, as ``read`` gives it; those it would read anew, in one round
+    trip (NodeState), each its fact's default where the node printed nothing of it."""
+    found = taken(node) if changed_nothing() else {}
+    missing = [(fact, arguments) for fact, arguments in wanted if key(fact, arguments) not in found]
+    if missing:
+        values = node.get_fact(NodeState, readings=[[fact_name(fact), arguments] for fact, arguments in missing])["readings"]
+        found = {**found, **{key(fact, arguments): value if value is not None else fact.default()
+                             for (fact, arguments), value in zip(missing, [*values, *[None] * len(missing)])}}
+    return [found[key(fact, arguments)] for fact, arguments in wanted]

@@ -42,13 +42,24 @@ FETCH_ENV = {"HF_HOME": "/model/.cache/huggingface", "HF_XET_CACHE": "/tmp/hf-xe
 
 @plans
 def readings(cluster: Cluster, name: str) -> list[Reading]:
-    settings, user = cluster.settings, cluster.deploy_user
-    model_dir = store_entry(settings.model_dir, cluster.model.source)
+    return [image_reading(cluster), model_reading(cluster), (ModelHeads, {"model_dir": model_entry(cluster)})]
+
+
+def image_reading(cluster: Cluster) -> Reading:
+    """The runtime image's reading on a node (verification reads it with the same arguments)."""
+    return ImageState, {"tag": cluster.image.tag, "marker": smoke_marker(cluster.settings.state_dir, cluster.image.tag)}
+
+
+def model_reading(cluster: Cluster) -> Reading:
+    """The model's reading on a node (verification reads it with the same arguments)."""
+    settings, model_dir = cluster.settings, model_entry(cluster)
     where = paths(settings.state_dir, model_dir)
-    return [(ImageState, {"tag": cluster.image.tag, "marker": smoke_marker(settings.state_dir, cluster.image.tag)}),
-            (ModelState, {"programs": where["programs"], "model_dir": model_dir, "manifest": where["manifest"],
-                          "state": where["verified"], "user": user, "token_file": settings.hf_token_file}),
-            (ModelHeads, {"model_dir": model_dir})]
+    return ModelState, {"programs": where["programs"], "model_dir": model_dir, "manifest": where["manifest"], "state": where["verified"],
+                        "user": cluster.deploy_user, "token_file": settings.hf_token_file}
+
+
+def model_entry(cluster: Cluster) -> str:
+    return store_entry(cluster.settings.model_dir, cluster.model.source)
 
 
 def container_args(container: dict, own: dict | None = None) -> list:

@@ -15,10 +15,15 @@ from checks import FAIL, Check
 from checks.node import USERNS_KEY, earlier_step_failed, node_checks, unreachable
 from checks.table import failure_summary, render
 from cluster import Cluster
-from facts.verify import Readiness, ping_targets, ssh_targets
-from layout import paths, smoke_marker, store_entry
+from facts.host_prep import UserGroups
+from facts.identity import MachineIds
+from facts.serving import ServingState
+from facts.verify import SHARED, Readiness, Readings, ping_targets, ssh_targets
+from layout import paths
 from operations.peer import failed_step, reachable
-from operations.readings import Reading, plans, read
+from operations.readings import Reading, plans, read_many
+from operations.runtime import image_reading, model_entry, model_reading
+from operations.stack import stack_settings, state_arguments
 
 
 def answers(node) -> bool:
@@ -32,31 +37,32 @@ def answers(node) -> bool:
 def readiness_arguments(cluster: Cluster, name: str) -> dict:
     """The arguments of the node ``name``'s Readiness."""
     settings = cluster.settings
-    model_dir = store_entry(settings.model_dir, cluster.model.source)
-    where = paths(settings.state_dir, model_dir)
-    tag = cluster.image.tag
-    runtime = {"tag": tag, "marker": smoke_marker(settings.state_dir, tag), "programs": where["programs"],
-               "model_dir": model_dir, "manifest": where["manifest"], "state": where["verified"]}
-    serving = {"stack_dir": settings.stack_dir, "key_file": where["api_key"]}
+    api = None
     if cluster.node(name).role == "head":
-        serving |= {"api_host": settings.api_host, "api_port": settings.api_port}
+        where = paths(settings.state_dir, model_entry(cluster))
+        api = {"programs": where["programs"], "host": settings.api_host, "port": settings.api_port, "key_file": where["api_key"]}
     return {"user": cluster.deploy_user, "pings": [f"{netdev} {address}" for _, netdev, _, address in ping_targets(cluster, name)],
             "size": settings.fabric_mtu - 28, "ssh_to": [address for _, address in ssh_targets(cluster, name)],
-            "userns_key": USERNS_KEY, "runtime": runtime, "serving": serving}
+            "userns_key": USERNS_KEY, "api": api}
 
 
 @plans
 def readings(cluster: Cluster, name: str) -> list[Reading]:
-    """Readiness is read with every step's readings: a run that changes nothing reports from
-    them, read a second before, rather than in a round trip of its own."""
-    return [(Readiness, readiness_arguments(cluster, name))]
+    """What verification reads of the node ``name``, by its name in Readings: Readiness, and the
+    steps' readings it shares, with the steps' own arguments (one reading serves both). Read with
+    every step's readings: a run that changes nothing reports from them, read a second before."""
+    shared = {"identity": (MachineIds, {}), "user": (UserGroups, {"user": cluster.deploy_user}), "image": image_reading(cluster),
+              "model": model_reading(cluster), "serving": (ServingState, state_arguments(stack_settings(cluster, name)))}
+    assert {part: fact for part, (fact, _) in shared.items()} == SHARED
+    return [(Readiness, readiness_arguments(cluster, name)), *shared.values()]
 
 
-def read_node(node) -> dict | None:
+def read_node(node) -> Readings | None:
     """One node's readings, or None when it does not answer over SSH."""
     if not answers(node):
         return None
-    return read(node, Readiness, **readiness_arguments(node.data.cluster, node.name))
+    own, *shared = read_many(node, readings(node.data.cluster, node.name))
+    return {**own, **dict(zip(SHARED, shared))}
 
 
 def all_checks(nodes: list, read: Callable = read_node, rules: Callable = node_checks) -> list[Check]:

@@ -63,7 +63,8 @@ def same_shape(a, b) -> bool:
 
 
 def test_readiness_reads_every_field_of_its_reading_from_one_table():
-    """facts/verify.py spells each section once, in SECTIONS; the reading's type names the same."""
-    from facts.verify import SECTIONS, Readiness, Readings
-    assert set(Readings.__annotations__) == set(SECTIONS) | {"unreadable"}
-    assert set(Readiness.default()) == set(Readings.__annotations__)
+    """facts/verify.py spells each section of its own once, in SECTIONS, and names the readings it
+    shares with the steps once, in SHARED; the reading's types name the same."""
+    from facts.verify import SECTIONS, SHARED, Own, Readiness, Readings
+    assert set(Own.__annotations__) == set(SECTIONS) | {"unreadable"} == set(Readiness.default())
+    assert set(Readings.__annotations__) == set(Own.__annotations__) | set(SHARED) and not set(SECTIONS) & set(SHARED)

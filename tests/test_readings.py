@@ -3,6 +3,7 @@ every reading the operations take, a node is read once while the run changes not
 once it has changed something or the changes start executing."""
 
 import importlib
+from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
@@ -19,6 +20,10 @@ from tests.fake_host import args_key, fact_key, load, run_operation, running, si
 from tests.test_facts import facts_of_this_project
 from tests.test_operations import FIXTURES
 
+# deploy.py loads every operation module, and with them every module's plan: so do these tests,
+# whichever tests ran before them in this process.
+for _path in sorted((Path(__file__).parents[1] / "operations").glob("*.py")):
+    importlib.import_module(f"operations.{_path.stem}")
 PROJECT = {name for name, _ in facts_of_this_project()}
 # What an operation reads of a node outside the plan: only as a change is shown (a program's old
 # text, a rollback's record files), while the changes execute (a callback's status), in verification,
