@@ -27,8 +27,10 @@ def constants() -> str:
     return '"""Written from layout.py when the archive is built (programs.py): the deploy\'s names."""\n\n' + "".join(lines)
 
 
+@cache
 def sources() -> dict[str, str]:
-    """Every file of the archive by its name there: the package, its constants, the entry point."""
+    """Every file of the archive by its name there: the package, its constants, the entry point
+    (read once per run, as the archive is built once)."""
     found = {f"dual_spark/{path.relative_to(PACKAGE).as_posix()}": path.read_text() for path in PACKAGE.rglob("*.py")}
     found |= {"dual_spark/constants.py": constants(), "__main__.py": ENTRY}
     return dict(sorted(found.items()))
@@ -53,7 +55,8 @@ def built() -> bytes:
     return archive(sources())
 
 
-def runs(module: str) -> list[str]:
+@cache
+def runs(module: str) -> tuple[str, ...]:
     """``module`` of the package and every module of it that it imports, directly or through
     another, each once: breadth first, each module's in the order of their names (the package
     imports only itself, by relative imports)."""
@@ -68,7 +71,7 @@ def runs(module: str) -> list[str]:
             if isinstance(node, ast.ImportFrom) and node.level == 1:
                 imported |= {f"{node.module}.py"} if node.module else {f"{alias.name}.py" for alias in node.names}
         pending += sorted(imported)
-    return found
+    return tuple(found)
 
 
 def digest(module: str) -> str:
