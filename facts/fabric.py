@@ -49,10 +49,10 @@ class NetLinks(FactBase[Links]):
         return {"links": {}, "unreadable": []}
 
     def command(self) -> str:
+        # The shell's own read, not a process per file: a link that is down has no speed (EINVAL).
         return (
-            "for d in /sys/class/net/*; do "
-            'echo "link ${d##*/} $(cat $d/operstate 2>/dev/null) $(cat $d/speed 2>/dev/null || echo -) '
-            '$(cat $d/mtu 2>/dev/null)"; done; ip -o addr show 2>/dev/null || true'
+            "for d in /sys/class/net/*; do o=; s=; m=; read -r o < $d/operstate; read -r s < $d/speed; read -r m < $d/mtu; "
+            'echo "link ${d##*/} $o ${s:--} $m"; done 2>/dev/null; ip -o addr show 2>/dev/null || true'
         )
 
     def process(self, output: list[str]) -> Links:
