@@ -13,22 +13,27 @@ MARK = "@@section"
 
 
 def combined(sections: dict[str, str | StringCommand], background: dict[str, str | StringCommand] | None = None) -> StringCommand:
-    """One shell command printing every section after its marker, background ones last."""
+    """One shell command printing every section after its marker, background ones last. Each
+    background section writes its marker and output to a file of its own; one awk prints them
+    all once every one has ended, each last line ended, its nested sections renamed (``MERGE``)."""
     background = background or {}
     parts: list = []
     if background:
         parts += ["t=$(mktemp -d);"]
-        for index, command in enumerate(background.values()):
-            parts += ["(", command, ")", f'>"$t/{index}"', "2>&1", "&"]
+        for index, (name, command) in enumerate(background.items()):
+            parts += ["(", "echo", f"'{MARK} {name}';", command, ")", f'>"$t/{index}"', "2>&1", "&"]
     for name, command in sections.items():
         parts += ["echo", f"'{MARK} {name}';", "{", command, ";", "}", *nesting(name, command), ";"]
     if background:
-        parts += ["wait;"]
-        for index, (name, command) in enumerate(background.items()):
-            parts += ["echo", f"'{MARK} {name}';", "cat", f'"$t/{index}"', *nesting(name, command), ";"]
-        parts += ['rm -rf "$t";']
+        parts += ["wait;", "awk", MERGE, *(f'"$t/{index}"' for index in range(len(background))), ";", 'rm -rf "$t";']
     parts += ["true"]
     return StringCommand(*parts)
+
+
+# Each background file in turn: its first line is its marker; a marker further down is of a section
+# nested in it, renamed "name.section" (as ``nesting`` renames a quick one's).
+MERGE = (f"'FNR == 1 {{ p = substr($0, {len(MARK) + 2}) }} FNR > 1 && index($0, \"{MARK} \") == 1 "
+         f"{{ $0 = \"{MARK} \" p \".\" substr($0, {len(MARK) + 2}) }} 1'")
 
 
 def nesting(name: str, command: str | StringCommand) -> list[str]:

@@ -1,5 +1,6 @@
 """Several readings of one node in one round trip: the facts the steps of a run read there,
-each in a subshell of its own (no variable of one reaches another), all at the same time."""
+each in a subshell of its own (no variable of one reaches another, nothing of its stderr read),
+all at the same time."""
 
 from __future__ import annotations
 
@@ -50,7 +51,7 @@ class NodeState(FactBase[Readings]):
         if unknown := [name for name, fact, _ in facts if fact is None]:
             raise ValueError(f"not a fact of facts/: {', '.join(unknown)}")
         return combined({}, {
-            f"{index} {name}": StringCommand("(", fact().command(**arguments), ")", "2>/dev/null", "|", "awk", "1")
+            f"{index} {name}": StringCommand("(", fact().command(**arguments), ")", "2>/dev/null")
             for index, (name, fact, arguments) in enumerate(facts)
         })
 
