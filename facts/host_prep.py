@@ -33,9 +33,15 @@ class PackageStatus(FactBase[Packages]):
         return {"installed": [], "missing": [], "unreadable": []}
 
     def command(self, packages: list[str]) -> StringCommand:
+        """The packages asked for on one line, then one dpkg-query of them all: a line per package
+        asked, "not-installed" for one dpkg does not know."""
+        if not packages:
+            return StringCommand("true")
+        quoted = [QuoteString(p) for p in packages]
         return StringCommand(
-            "for p in", *(QuoteString(p) for p in packages), "; do",
-            's=$(dpkg-query -W -f=\'${db:Status-Status}\' "$p" 2>/dev/null); echo "$p ${s:-not-installed}"; done',
+            "{", "echo", *quoted, ";", "dpkg-query", "-W", "-f='${Package} ${db:Status-Status}\\n'", "--", *quoted, "2>/dev/null;", "}",
+            "|", "awk", "'NR == 1 { n = split($0, asked); next } { status[$1] = $2 } "
+            "END { for (i = 1; i <= n; i++) print asked[i], (asked[i] in status ? status[asked[i]] : \"not-installed\") }'",
         )
 
     def process(self, output: list[str]) -> Packages:
@@ -94,6 +100,17 @@ class Files(TypedDict):
     unreadable: list[str]
 
 
+# Three processes for any number of paths: the kinds by the shell's own tests (a file is hashed only
+# if it is a regular file then: never a FIFO or a device), every mode and owner by one stat (of the
+# path itself, as lstat), every regular file's hash by one sha256sum; joined into a line per path,
+# in the order asked.
+JOIN = ("'$1 == \"kind\" { p = $0; sub(/^kind [^ ]* /, \"\", p); kind[++n] = $2; path[n] = p; next } "
+        "$1 == \"mode\" { p = $0; sub(/^mode [^ ]* [^ ]* /, \"\", p); mode[p] = $2 \" \" $3; next } "
+        "{ sha[substr($0, 67)] = substr($0, 1, 64) } "
+        "END { for (i = 1; i <= n; i++) { p = path[i]; if (kind[i] == \"file\") print \"file \" mode[p] \" \" sha[p] \" \" p; "
+        "else if (kind[i] == \"directory\") print \"directory \" mode[p] \" \" p; else print \"absent \" p } }'")
+
+
 class FileDigests(FactBase[Files]):
     """
     For each path: a file (mode, owner, SHA-256), a directory (mode, owner), or absent. One
@@ -112,10 +129,12 @@ class FileDigests(FactBase[Files]):
         return {"files": {}, "unreadable": []}
 
     def command(self, paths: list[str]) -> StringCommand:
+        quoted = [QuoteString(p) for p in paths]
         return StringCommand(
-            "for p in", *(QuoteString(p) for p in paths), "; do",
-            'if [ -f "$p" ]; then echo "file $(stat -c \'%a %U:%G\' "$p") $(sha256sum < "$p" | cut -c1-64) $p";',
-            'elif [ -d "$p" ]; then echo "directory $(stat -c \'%a %U:%G\' "$p") $p"; else echo "absent $p"; fi; done',
+            "(", "set", "--;", "for p in", *quoted, "; do",
+            'if [ -f "$p" ]; then echo "kind file $p"; set -- "$@" "$p"; elif [ -d "$p" ]; then echo "kind directory $p";',
+            'else echo "kind absent $p"; fi; done;', "stat", "-c", "'mode %a %U:%G %n'", "--", *quoted, "2>/dev/null;",
+            '[ $# -eq 0 ] || sha256sum -- "$@" 2>/dev/null', ")", "|", "awk", JOIN,
         )
 
     def process(self, output: list[str]) -> Files:

@@ -68,3 +68,57 @@ def test_readiness_reads_every_field_of_its_reading_from_one_table():
     from facts.verify import SECTIONS, SHARED, Own, Readiness, Readings
     assert set(Own.__annotations__) == set(SECTIONS) | {"unreadable"} == set(Readiness.default())
     assert set(Readings.__annotations__) == set(Own.__annotations__) | set(SHARED) and not set(SECTIONS) & set(SHARED)
+
+
+def test_file_digests_reads_a_tree_as_the_os_sees_it(tmp_path):
+    """FileDigests run for real on a scratch tree: each path's kind following links (a FIFO is no
+    file and is never opened), the mode and owner of the path itself (lstat), the hash of a
+    regular file's bytes, in the order asked; names with spaces too."""
+    import grp
+    import hashlib
+    import os
+    import pwd
+    import stat
+    import subprocess
+
+    from facts.host_prep import FileDigests
+
+    (tmp_path / "d").mkdir(mode=0o750)
+    (tmp_path / "a b").write_text("x\n")
+    (tmp_path / "empty").write_text("")
+    (tmp_path / "link").symlink_to(tmp_path / "a b")
+    (tmp_path / "dangling").symlink_to(tmp_path / "none")
+    os.mkfifo(tmp_path / "fifo")
+    os.chmod(tmp_path / "a b", 0o600)
+    paths = [str(tmp_path / name) for name in ("fifo", "a b", "d", "none", "link", "dangling", "empty")]
+
+    def seen(path: str) -> dict:
+        if not os.path.isfile(path) and not os.path.isdir(path):
+            return {"kind": "absent", "mode": None, "owner": None, "sha256": None}
+        info = os.lstat(path)
+        owner = f"{pwd.getpwuid(info.st_uid).pw_name}:{grp.getgrgid(info.st_gid).gr_name}"
+        digest = hashlib.sha256(open(path, "rb").read()).hexdigest() if os.path.isfile(path) else None
+        return {"kind": "file" if digest else "directory", "mode": format(stat.S_IMODE(info.st_mode), "o"), "owner": owner, "sha256": digest}
+
+    done = subprocess.run(["sh", "-c", FileDigests().command(paths).get_raw_value()], capture_output=True, text=True, timeout=30)
+    reading = FileDigests().process(done.stdout.splitlines())
+    assert reading == {"files": {path: seen(path) for path in paths}, "unreadable": []}
+    assert list(reading["files"]) == paths and reading["files"][paths[0]]["kind"] == "absent"
+
+
+def test_package_status_reads_as_dpkg_says_of_each_package():
+    """PackageStatus asks dpkg once for every package, here for real: each reads as dpkg-query
+    says of it alone, a package dpkg does not know as missing, in the order asked."""
+    import subprocess
+
+    from facts.host_prep import PackageStatus
+
+    packages = ["coreutils", "no-such-package-here", "dpkg", "libc6"]
+    done = subprocess.run(["sh", "-c", PackageStatus().command(packages).get_raw_value()], capture_output=True, text=True, timeout=30)
+    alone = {package: subprocess.run(["dpkg-query", "-W", "-f=${db:Status-Status}", package], capture_output=True, text=True).stdout
+             for package in packages}
+    assert PackageStatus().process(done.stdout.splitlines()) == {
+        "installed": [p for p in packages if alone[p] == "installed"], "missing": [p for p in packages if alone[p] != "installed"],
+        "unreadable": []}
+    assert alone["coreutils"] == "installed" and alone["no-such-package-here"] == ""
+    assert PackageStatus().command([]).get_raw_value() == "true"
