@@ -1,7 +1,8 @@
 """What the steps of a run read of each node, read once per node. The first reading a step takes
 reads every node at the same time, each in one round trip (NodeState): all the facts the steps
-read there (``step_readings``). Until the run changes something, every step takes its readings
-from there; once any step has run a command on any node, every reading is taken anew. Change
+of every operation module read there (``step_readings``). Until the run changes something, every
+step takes its readings from there; once any step has run a command on any node, every reading
+is taken anew. Change
 detection (and --dry) reads the nodes once; the run that follows reads them again before it
 changes anything, unless change detection found nothing to change on any node: then the run
 changes nothing, and its steps decide again from the same readings. A reading outside the plan,
@@ -12,8 +13,10 @@ changes execute (a FunctionCommand) reads the node itself."""
 
 from __future__ import annotations
 
+import importlib
 import json
 from collections.abc import Callable
+from pathlib import Path
 from weakref import WeakKeyDictionary
 
 import gevent
@@ -39,8 +42,12 @@ def plans(plan: Callable[[Cluster, str], list[Reading]]) -> Callable[[Cluster, s
 
 
 def step_readings(cluster: Cluster, name: str) -> list[Reading]:
-    """Every (fact, arguments) the steps of the modules a run has loaded read of the node ``name``,
-    whichever node's step reads it: each once."""
+    """Every (fact, arguments) the steps of every operation module read of the node ``name``,
+    whichever node's step reads it: each once. Every module is loaded here first: change detection
+    reads a node as soon as a task calls its first step, before the deploy file has loaded the
+    modules of the tasks after it, and the round trip must read for those too."""
+    for path in sorted(Path(__file__).parent.glob("*.py")):
+        importlib.import_module(f"operations.{path.stem}")
     found = {key(fact, arguments): (fact, arguments) for plan in _plans for fact, arguments in plan(cluster, name)}
     return list(found.values())
 

@@ -20,10 +20,6 @@ from tests.fake_host import args_key, fact_key, load, run_operation, running, si
 from tests.test_facts import facts_of_this_project
 from tests.test_operations import FIXTURES
 
-# deploy.py loads every operation module, and with them every module's plan: so do these tests,
-# whichever tests ran before them in this process.
-for _path in sorted((Path(__file__).parents[1] / "operations").glob("*.py")):
-    importlib.import_module(f"operations.{_path.stem}")
 PROJECT = {name for name, _ in facts_of_this_project()}
 # What an operation reads of a node outside the plan: only as a change is shown (a program's old
 # text, a rollback's record files), while the changes execute (a callback's status), in verification,
@@ -145,3 +141,18 @@ def test_a_section_that_names_no_fact_is_left_out_and_never_run(name):
     assert reading["readings"][0] is None and reading["readings"][1] is not None
     with pytest.raises(ValueError, match="not a fact of facts/"):
         NodeState().command(readings=[[name, {}]])
+
+
+def test_the_first_reading_plans_for_the_modules_loaded_after_it():
+    """Change detection reads a node as soon as the first task calls its first step, before the
+    deploy file has loaded the tasks after it: the plan still names what their steps read (so that
+    `pyinfra --dry` reads each node once), in a process that has loaded one module only."""
+    import subprocess
+    import sys
+
+    script = ("import operations.host_prep\nfrom operations.readings import fact_name, step_readings\nfrom tests.fake_host import site\n"
+              "print(' '.join(sorted({fact_name(fact) for fact, _ in step_readings(site('pair'), 'spark-head')})))")
+    done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
+    assert done.returncode == 0, done.stderr
+    assert {"host_prep.PackageStatus", "verify.Readiness", "observability.ObservabilityState", "door.DoorState",
+            "serving.ServingState"} <= set(done.stdout.split())
