@@ -1,11 +1,11 @@
 """How long the deploy takes on the lab, against the floor of connecting to both nodes and
-reading one fact, and how many remote commands a no-op run sends per node.
+reading one fact, and how many remote commands a no-op run and a --dry run send per node.
 
     sudo .venv/bin/python -m bench.deploy_bench [--runs 5] [--keep-lab]
 
 Prints, measured in one run on a fresh lab: the fresh converge, the floor and the no-op
 converge (medians of --runs, taken in alternation), their ratio (goal: at most 2), and the
-remote commands of one no-op run per node (goal: at most 20).
+remote commands of one no-op run per node (goal: at most 20) and of one --dry run.
 """
 
 from __future__ import annotations
@@ -70,15 +70,16 @@ def main(runs: int, keep_lab: bool, out_dir: Path) -> None:
             floor.append(timed("inventory.py", "fact", "server.Hostname")[0])
             noop.append(timed("inventory.py", "deploy.py")[0])
         _, verbose = timed("-vv", "inventory.py", "deploy.py")
+        _, dry = timed("-vv", "--dry", "inventory.py", "deploy.py")
     finally:
         if not keep_lab:
             lab.down()
         lock.__exit__()
-    commands = remote_commands(verbose)
+    commands, dry_commands = remote_commands(verbose), remote_commands(dry)
     record = {
         "started": datetime.now(UTC).isoformat(), "runs": runs, "fresh_converge_s": fresh,
         "floor_s": statistics.median(floor), "noop_converge_s": statistics.median(noop),
-        "ratio": statistics.median(noop) / statistics.median(floor), "noop_commands": dict(commands),
+        "ratio": statistics.median(noop) / statistics.median(floor), "noop_commands": dict(commands), "dry_commands": dict(dry_commands),
     }
     click.echo(f"{'fresh converge + verification':<36}{fresh:8.2f} s")
     click.echo(f"{'floor: connect + one fact':<36}{record['floor_s']:8.2f} s  (median of {runs})")
@@ -87,6 +88,8 @@ def main(runs: int, keep_lab: bool, out_dir: Path) -> None:
     click.echo(f"{'remote commands, no-op run':<36}{sum(commands.values()):8d}    "
                + ", ".join(f"{host} {count}" for host, count in sorted(commands.items()))
                + f"  (goal: at most {COMMANDS_GOAL} per node)")
+    click.echo(f"{'remote commands, --dry':<36}{sum(dry_commands.values()):8d}    "
+               + ", ".join(f"{host} {count}" for host, count in sorted(dry_commands.items())))
     out_dir.mkdir(parents=True, exist_ok=True)
     path = out_dir / f"deploy-{datetime.now(UTC).strftime('%Y%m%dT%H%M%SZ')}.json"
     path.write_text(json.dumps(record, indent=2))
