@@ -53,8 +53,7 @@ def readings(cluster: Cluster, name: str) -> list[Reading]:
     every step's readings: a run that changes nothing reports from them, read a second before."""
     shared = {"identity": (MachineIds, {}), "user": (UserGroups, {"user": cluster.deploy_user}), "image": image_reading(cluster),
               "model": model_reading(cluster), "serving": (ServingState, state_arguments(stack_settings(cluster, name)))}
-    assert {part: fact for part, (fact, _) in shared.items()} == SHARED
-    return [(Readiness, readiness_arguments(cluster, name)), *shared.values()]
+    return [(Readiness, readiness_arguments(cluster, name)), *(shared[part] for part in SHARED)]
 
 
 def read_node(node) -> Readings | None:

@@ -15,7 +15,7 @@ from facts.serving import ServingState
 from facts.ssh_trust import SshTrust
 from operations.managed import managed_files
 from operations.own import NAMES, Claim, reading_paths
-from operations.readings import key, read, step_readings
+from operations.readings import _plans, key, read, step_readings
 from tests.fake_host import args_key, fact_key, load, run_operation, running, site, task_arguments
 from tests.test_facts import facts_of_this_project
 from tests.test_operations import FIXTURES
@@ -156,3 +156,19 @@ def test_the_first_reading_plans_for_the_modules_loaded_after_it():
     assert done.returncode == 0, done.stderr
     assert {"host_prep.PackageStatus", "verify.Readiness", "observability.ObservabilityState", "door.DoorState",
             "serving.ServingState"} <= set(done.stdout.split())
+
+
+@pytest.mark.parametrize("name", ["spark-head", "spark-worker"])
+def test_verification_reads_what_it_shares_as_the_steps_read_it(name):
+    """Readiness's rows of the five readings it shares (facts/verify.py SHARED) come from the steps'
+    own readings: the same facts with the same arguments as some step's, so the round trip reads
+    each once."""
+    from facts.verify import SHARED, Readiness
+    from operations.verify import readings
+
+    cluster = site("pair")
+    step_readings(cluster, name)  # loads every module's plan
+    own, *shared = readings(cluster, name)
+    assert own[0] is Readiness and [fact for fact, _ in shared] == list(SHARED.values())
+    steps = [reading for plan in _plans if plan is not readings for reading in plan(cluster, name)]
+    assert all(any(key(*reading) == key(*step) for step in steps) for reading in shared)
