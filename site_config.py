@@ -440,12 +440,12 @@ class Relations:
         self._secrets()
 
     def _ports(self) -> None:
-        """Each port that is bound its own (the door's and vLLM's beside the API): Prometheus and the node exporter only with
-        observability, Grafana only with its image too."""
+        """Each port that is bound its own (the door's and vLLM's beside the API): Prometheus, Alertmanager and the node
+        exporter only with observability, Grafana only with its image too."""
         values, where = self.values, self.where
         bound = ["api_port", "vllm_port", "door_metrics_port", "master_port", "watchdog_port"]
         if values["observability"]:
-            bound += ["prometheus_port", "node_exporter_port"] + (["grafana_port"] if values["grafana_image"] else [])
+            bound += ["prometheus_port", "alertmanager_port", "node_exporter_port"] + (["grafana_port"] if values["grafana_image"] else [])
         ports: dict[int, str] = {self.ssh_port: "SSH (ssh.port)"}
         for key in bound:
             if values[key] in ports:
