@@ -242,7 +242,9 @@ def seconds_of(span: str) -> int:
 def grafana_files(cluster: Cluster, grafana_dir: str) -> dict[str, str]:
     """Grafana's stack on the head: compose.yaml (built as data), its provisioning (the Prometheus
     datasource, with a fixed uid and the scrape interval as its time interval; the dashboards'
-    provider) and the dashboards, each a file of files/observability/dashboards/."""
+    provider) and the dashboards, each a file of files/observability/dashboards/. Anonymous
+    viewers only: no login form, no basic auth, no admin account made at its first start, so
+    there is no default password to change."""
     settings = cluster.settings
     inside = "/etc/grafana/provisioning"
     datasource = {"apiVersion": 1, "datasources": [{
@@ -254,14 +256,15 @@ def grafana_files(cluster: Cluster, grafana_dir: str) -> dict[str, str]:
         "options": {"path": "/var/lib/dual-spark-dashboards"}}]}
     env = {"GF_SERVER_HTTP_ADDR": "127.0.0.1", "GF_SERVER_HTTP_PORT": str(settings.grafana_port),
            "GF_AUTH_ANONYMOUS_ENABLED": "true", "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer", "GF_AUTH_DISABLE_LOGIN_FORM": "true",
-           "GF_AUTH_BASIC_ENABLED": "false", "GF_USERS_ALLOW_SIGN_UP": "false", "GF_ANALYTICS_REPORTING_ENABLED": "false",
+           "GF_AUTH_BASIC_ENABLED": "false", "GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION": "true", "GF_USERS_ALLOW_SIGN_UP": "false",
+           "GF_USERS_ALLOW_ORG_CREATE": "false", "GF_ANALYTICS_REPORTING_ENABLED": "false",
            "GF_ANALYTICS_CHECK_FOR_UPDATES": "false", "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH": "/var/lib/dual-spark-dashboards/vllm-overview.json"}
     stack = {"name": GRAFANA_PROJECT, "services": {"grafana": {
         "image": settings.grafana_image, "pull_policy": "missing", "container_name": GRAFANA_PROJECT, "restart": "unless-stopped",
         "network_mode": "host", "environment": env,
         "volumes": [f"./provisioning:{inside}:ro", "./dashboards:/var/lib/dual-spark-dashboards:ro", "grafana-data:/var/lib/grafana"]}},
         "volumes": {"grafana-data": {}}}
-    compose = HEADER + "# Grafana on loopback, anonymous viewers only, its dashboards provisioned read-only.\n" + yaml.safe_dump(
+    compose = HEADER + "# Grafana on loopback, anonymous viewers only (no login, no admin account), its dashboards provisioned read-only.\n" + yaml.safe_dump(
         stack, sort_keys=False, width=10**6)
     files = {"compose.yaml": compose,
              "provisioning/datasources/dual-spark.yaml": HEADER + yaml.safe_dump(datasource, sort_keys=False),

@@ -692,6 +692,9 @@ def test_grafana_is_provisioned_with_the_datasource_and_the_dashboards():
     stack = yaml.safe_load(files["/etc/dual-spark/grafana/compose.yaml"])["services"]["grafana"]
     assert stack["image"].endswith("@sha256:" + "a" * 64) and stack["environment"]["GF_SERVER_HTTP_ADDR"] == "127.0.0.1"
     assert stack["environment"]["GF_AUTH_DISABLE_LOGIN_FORM"] == "true" and stack["network_mode"] == "host"
+    # no account to log in with: no form, no basic auth, no admin made at the first start (admin/admin)
+    assert stack["environment"]["GF_AUTH_BASIC_ENABLED"] == "false" and stack["environment"]["GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION"] == "true"
+    assert stack["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
     assert {Path(path).name for path in files if path.endswith(".json")} == set(dashboards())
     assert not any(path.startswith("/etc/dual-spark/grafana") for path in observability_settings(site("pair"), "spark-head").files)
 
