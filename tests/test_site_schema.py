@@ -585,6 +585,8 @@ SECRET_MISTAKES = [
     (with_("settings.speculative_options", {"prompt_lookup_max": 3}, with_("profile.adaptive.speculative_tokens", 0)),
      "settings.speculative_options", "drafts no tokens"),
     (with_("settings.grafana_image", DIGEST, with_("settings.observability", False)), "settings.grafana_image", "observability = true"),
+    (with_("settings.alert_webhooks", ["https://hooks.example.com/t?token=s3cr3t"], with_("settings.observability", False)),
+     "settings.alert_webhooks", "installs no Alertmanager"),
     # the ports of unprivileged daemons
     (with_("settings.prometheus_port", 80), "settings.prometheus_port", "1024 or above"),
     (with_("settings.node_exporter_port", 443), "settings.node_exporter_port", "1024 or above"),
@@ -672,6 +674,11 @@ def test_a_refused_webhook_is_quoted_without_what_may_be_its_token(webhooks):
     its host at most, in the site file and as --data alike."""
     for message in (refused(with_("settings.alert_webhooks", webhooks)), refused(GOOD, {"alert_webhooks": webhooks})):
         assert "alert_webhooks" in message and "s3cr3t" not in message, message
+
+
+def test_webhooks_with_observability_off_are_refused_quoted_to_their_host():
+    message = refused(with_("settings.alert_webhooks", ["https://hooks.example.com/t?token=s3cr3t"], with_("settings.observability", False)))
+    assert "['https://hooks.example.com/(not shown)']" in message and "s3cr3t" not in message, message
 
 
 @pytest.mark.parametrize("document, held, value", SECRET_NEIGHBOURS, ids=[f"#{i}" for i in range(len(SECRET_NEIGHBOURS))])
