@@ -90,15 +90,21 @@ VLLM_FLAG_PREFIXES = ("--tokenizer",)
 # drop-ins of their Debian units, and the deploy's collector writing the exporter's textfile.
 PROMETHEUS_DIR = "/etc/prometheus/dual-spark"  # prometheus.yml and its rule files, the deploy's
 PROMETHEUS_STORAGE = "/var/lib/prometheus/metrics2"  # Debian's
+# Alertmanager on the head delivers the alerts to the site's receivers. Its configuration names them
+# (a webhook's URL may hold a token): root's, readable by the daemon's group alone, never shown whole.
+ALERTMANAGER_CONFIG = f"{PROMETHEUS_DIR}/alertmanager.yml"
+ALERTMANAGER_STORAGE = "/var/lib/prometheus/alertmanager"  # Debian's: silences and the notification log
 # The collector runs as a system user of its own, which may write its own directory only; the node
 # exporter reads its textfile there.
 COLLECTOR_USER = "dual-spark-metrics"
 TEXTFILE_DIR = "/var/lib/dual-spark-metrics"
 TEXTFILE = f"{TEXTFILE_DIR}/dual-spark.prom"
 COLLECTOR_STATE = f"{TEXTFILE_DIR}/.dual-spark-collector.json"  # the starts the collector has seen (not *.prom: not read)
-UNITS = {"prometheus": "prometheus", "node_exporter": "prometheus-node-exporter", "collector": "dual-spark-metrics"}
+UNITS = {"prometheus": "prometheus", "node_exporter": "prometheus-node-exporter", "collector": "dual-spark-metrics",
+         "alertmanager": "prometheus-alertmanager"}
 UNIT_FILES = {
     "prometheus": "/etc/systemd/system/prometheus.service.d/50-dual-spark.conf",
+    "alertmanager": "/etc/systemd/system/prometheus-alertmanager.service.d/50-dual-spark.conf",
     "node_exporter": "/etc/systemd/system/prometheus-node-exporter.service.d/50-dual-spark.conf",
     "collector": "/etc/systemd/system/dual-spark-metrics.service",
 }

@@ -440,12 +440,12 @@ class Relations:
         self._secrets()
 
     def _ports(self) -> None:
-        """Each port that is bound its own (the door's and vLLM's beside the API): Prometheus and the node exporter only with
-        observability, Grafana only with its image too."""
+        """Each port that is bound its own (the door's and vLLM's beside the API): Prometheus, Alertmanager and the node
+        exporter only with observability, Grafana only with its image too."""
         values, where = self.values, self.where
         bound = ["api_port", "vllm_port", "door_metrics_port", "master_port", "watchdog_port"]
         if values["observability"]:
-            bound += ["prometheus_port", "node_exporter_port"] + (["grafana_port"] if values["grafana_image"] else [])
+            bound += ["prometheus_port", "alertmanager_port", "node_exporter_port"] + (["grafana_port"] if values["grafana_image"] else [])
         ports: dict[int, str] = {self.ssh_port: "SSH (ssh.port)"}
         for key in bound:
             if values[key] in ports:
@@ -475,10 +475,15 @@ class Relations:
                        "drop speculative_options, or serve a profile with speculative_tokens above 0")
 
     def _observability(self) -> None:
-        """Grafana is part of observability: a pinned Grafana with observability off is never started."""
+        """Grafana and Alertmanager are part of observability: a pinned Grafana, or webhooks, with
+        observability off would never run (a webhook is quoted to its host: it may hold a token)."""
         if self.values["grafana_image"] and not self.values["observability"]:
             self.error(self.where["grafana_image"], self.values["grafana_image"],
                        "observability = false installs no Grafana: set observability = true, or grafana_image = \"\" for none")
+        if self.values["alert_webhooks"] and not self.values["observability"]:
+            self.error(self.where["alert_webhooks"], schema.url_shown(self.values["alert_webhooks"]),
+                       "observability = false installs no Alertmanager, and no alert is sent: set observability = true, "
+                       "or alert_webhooks = [] for none")
 
     def _adaptive_verification(self) -> None:
         """vLLM 0.32 refuses at start adaptive verification with use_local_argmax_reduction

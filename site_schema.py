@@ -76,6 +76,7 @@ class Key:
     required: bool = False
     default: object = None  # a setting's default (SETTINGS)
     doc: str = ""  # what a setting is, in a line (SETTINGS)
+    shown: Callable[[object], object] | None = None  # how a refusal quotes a value that may hold a secret
 
 
 def kind_ok(value, kind) -> bool:
@@ -188,6 +189,47 @@ def hub_url(value: str) -> str | None:
     if parts.scheme not in ("http", "https") or not parts.hostname or parts.query or parts.fragment or parts.username:
         return fix
     return None
+
+
+WEBHOOK_FIX = ("use an http(s) URL, http(s)://host[:port][/path][?query], without spaces, quotes, a #fragment or "
+               "user:password@ (a token goes in the path or query)")
+
+
+def webhook_url(value: str) -> str | None:
+    """A receiver's webhook: http(s), a host, and a token (if any) in the path or query, where the
+    deploy's diff cuts it off (facts/alerting.py); never a user:password@, which it would show."""
+    if CONTROL.search(value) or re.search(r"[\s\"'`\\<>{}|^]", value):
+        return WEBHOOK_FIX
+    try:
+        parts = urlsplit(value)
+        parts.port  # noqa: B018 - raises ValueError on a bad port
+    except ValueError:
+        return WEBHOOK_FIX
+    if parts.scheme not in ("http", "https") or not parts.hostname or "@" in parts.netloc or "#" in value:
+        return WEBHOOK_FIX
+    return None
+
+
+def url_shown(value):
+    """A value as a refusal quotes it where it may hold webhook URLs: each string cut after its
+    scheme and host (the rest may be a token), in lists and tables too."""
+    if isinstance(value, str):
+        match = re.match(r"[a-z][a-z0-9+.-]*://[^/?#@\s]*(?=[/?#]|\Z)", value)
+        if match is None:
+            return "(not shown: it may hold a token)"
+        return match.group(0) + ("/(not shown)" if len(value) > match.end() else "")
+    if isinstance(value, list):
+        return [url_shown(item) for item in value]
+    if isinstance(value, dict):
+        return {url_shown(name): url_shown(item) for name, item in value.items()}
+    return value
+
+
+def webhooks(value: list) -> str | None:
+    if len(value) > 16:
+        return "name at most 16 webhooks"
+    named = [url for url in value if isinstance(url, str)]  # the others are refused as items
+    return "name each webhook once" if len(set(named)) != len(named) else None
 
 
 def ssh_address(value: str) -> str | None:
@@ -753,6 +795,13 @@ SETTINGS = {
                                       "grafana/grafana-oss:TAG shows it), or \"\" for no Grafana"),
                              "Grafana on the head, on loopback, pinned by digest, with the deploy's dashboards; \"\": no Grafana"),
     "grafana_port": setting(3000, daemon_port("Grafana"), "Grafana, on the head's loopback"),
+    # Delivery (docs/observability.md#delivery): Alertmanager on the head sends the alerts, and the
+    # heartbeat, to the site's receivers; with none they stay on the head.
+    "alertmanager_port": setting(9093, daemon_port("Alertmanager"), "Alertmanager, on the head's loopback (its cluster listener off)"),
+    "alert_webhooks": setting([], Key(list, "list webhook URLs as strings, e.g. [\"https://hooks.example.com/alerts\"]", webhooks,
+                                      item=Key(str, "write each webhook URL as a string", webhook_url, shown=url_shown), shown=url_shown),
+                              "where Alertmanager sends the alerts and the heartbeat: http(s) URLs, a token in the path or query "
+                              "never shown; []: the alerts stay on the head"),
 }
 
 BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
@@ -802,17 +851,18 @@ class Checker:
         self.error, self.suggest = error, suggest
 
     def value(self, where: str, value, key: Key) -> bool:
+        seen = key.shown(value) if key.shown else value
         if not kind_ok(value, key.kind):
-            self.error(where, value, key.fix)
+            self.error(where, seen, key.fix)
             return False
         if isinstance(value, (str, list, dict)) and len(value) > (MAX_TEXT if isinstance(value, str) else MAX_ITEMS):
-            self.error(where, value, f"use at most {MAX_TEXT} characters" if isinstance(value, str) else f"use at most {MAX_ITEMS} entries")
+            self.error(where, seen, f"use at most {MAX_TEXT} characters" if isinstance(value, str) else f"use at most {MAX_ITEMS} entries")
             return False
         ok = True
         if key.rule is not None:
             problem = key.rule(value)
             if problem:
-                self.error(where, value, problem)
+                self.error(where, seen, problem)
                 ok = False
         if isinstance(value, list) and key.item is not None:
             ok = all([self.value(f"{where}[{index}]", item, key.item) for index, item in enumerate(value)]) and ok

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from datetime import datetime
+from urllib.parse import urlsplit
 
 from checks import FAIL, PASS, WARN, Check
 from checks.fabric import link_check, roce_check
@@ -35,6 +36,7 @@ def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None],
         checks += record_rows(name, mine)
         if mine.get("prometheus") is not None:
             checks += prometheus_rows(name, mine["prometheus"])
+            checks.append(delivery_row(name, cluster))
     if excused:
         checks = expected(checks, readings, cluster)
     checks.append(memory_row(name, mine["memory"]))
@@ -314,3 +316,16 @@ def prometheus_rows(name: str, prometheus: dict) -> list[Check]:
 
 def alert_names(alerts: list[dict]) -> str:
     return ", ".join(f"{alert['name']} ({alert['labels']['node']})" if alert["labels"].get("node") else alert["name"] for alert in alerts)
+
+
+def delivery_row(name: str, cluster: Cluster) -> Check:
+    """Where the alerts go: the site's webhooks (each shown to its host: the rest may be a token), or
+    nowhere beyond the head, which no one hears."""
+    settings = cluster.settings
+    if not settings.alert_webhooks:
+        return Check(name, "alert delivery", WARN, "no receiver: the alerts stay on the head (Prometheus's /alerts and "
+                     f"Alertmanager on 127.0.0.1:{settings.alertmanager_port}, through the tunnel)",
+                     "name a webhook in alert_webhooks under [settings] (docs/observability.md#delivery)")
+    hosts = sorted({urlsplit(url).netloc for url in settings.alert_webhooks})
+    return Check(name, "alert delivery", PASS, f"Alertmanager sends to {len(settings.alert_webhooks)} webhook(s) at {', '.join(hosts)}, "
+                 "with a heartbeat that always fires")

@@ -19,11 +19,12 @@ PACKAGES = [
     "openssh-server", "python3", "sudo", "rsync", "iproute2", "netplan.io", "systemd", "kmod",
     "procps", "iputils-ping", "iperf3", "perftest", "rdma-core", "ibverbs-utils",
     "infiniband-diags", "python3-venv", "docker.io", "docker-cli", "docker-compose",
-    "prometheus", "prometheus-node-exporter", "haproxy",
+    "prometheus", "prometheus-node-exporter", "prometheus-alertmanager", "haproxy",
 ]
 # Left out of the factory image (then served by its offline mirror) so that a fresh converge installs
-# them: iperf3 (a host package), Prometheus and the node exporter (observability), HAProxy (the front door).
-NOT_IN_FACTORY_IMAGE = ["iperf3", "prometheus", "prometheus-node-exporter", "haproxy"]
+# them: iperf3 (a host package), Prometheus, Alertmanager and the node exporter (observability),
+# HAProxy (the front door).
+NOT_IN_FACTORY_IMAGE = ["iperf3", "prometheus", "prometheus-node-exporter", "prometheus-alertmanager", "haproxy"]
 OFFLINE_MIRROR = "/var/lib/sparklab-mirror"
 MEMLOCK_SHIM = HERE / "shim/memlock_shim.c"
 OLDER_VLLM = HERE / "older_vllm.py"

@@ -52,10 +52,10 @@ def refuse_theirs(path: str, lines: list[str] | None, owner: str | None, field: 
                          f"Fix: move it aside if it is no longer needed (sudo mv {path} {path}.orig){where}")
 
 
-def file_differs(src: str | IO[bytes], mode: str, info: FileInfo | None) -> bool:
-    """Whether the node's file (``info``) is not ``src`` (a local path or bytes), root's, with ``mode``."""
+def file_differs(src: str | IO[bytes], mode: str, info: FileInfo | None, owner: str = "root:root") -> bool:
+    """Whether the node's file (``info``) is not ``src`` (a local path or bytes), ``owner``'s, with ``mode``."""
     return (info is None or info["kind"] != "file" or info["sha256"] != get_file_sha256(src)
-            or info["mode"] != mode or info["owner"] != "root:root")
+            or info["mode"] != mode or info["owner"] != owner)
 
 
 def text_of(src: str | IO[bytes]) -> str:

@@ -14,14 +14,19 @@ import re
 from dataclasses import dataclass
 from io import BytesIO
 from pathlib import Path
+from urllib.parse import urlsplit
 
 import yaml
 from pyinfra import host
 from pyinfra.api import OperationError, QuoteString, StringCommand, operation
+from pyinfra.api.util import get_file_sha256
 
 from cluster import HEAL_FACTOR, Cluster
+from facts.alerting import PACKAGE, AlertmanagerState, shown
 from facts.observability import CONFIG_FILES, ObservabilityState
 from layout import (
+    ALERTMANAGER_CONFIG,
+    ALERTMANAGER_STORAGE,
     COLLECTOR_STATE,
     COLLECTOR_USER,
     DOOR,
@@ -42,7 +47,7 @@ from operations.managed import show_changed
 from operations.own import claimed
 from operations.peer import acts_here
 from operations.readings import Reading, plans, read
-from operations.render import render, show_line
+from operations.render import render, show_diff, show_line
 from operations.services import differs, from_staging, installed, restarted_or_reloaded, running, staged, units_put
 from operations.upload import upload
 from programs import digest
@@ -50,6 +55,8 @@ from programs import digest
 REPO = Path(__file__).resolve().parents[1]
 DASHBOARDS = REPO / "files/observability/dashboards"
 STAGING = f"{RUN_DIR}/prometheus-check"
+ALERTMANAGER_STAGING = f"{RUN_DIR}/alertmanager-check"  # root's alone: the configuration may hold a token
+ALERTMANAGER_MODE, ALERTMANAGER_OWNER = "640", "root:prometheus"  # the daemon runs as prometheus and reads it
 GRAFANA_STAGING = f"{RUN_DIR}/grafana-check"
 READY_WAIT = 60  # seconds Prometheus has to answer /-/ready after a (re)start or a reload
 RULE_FILES = ("recording.yml", "alerts.yml", "objectives.yml")
@@ -65,6 +72,8 @@ class ObservabilitySettings:
     role: str
     rails: list[dict]
     prometheus_port: int
+    alertmanager_port: int
+    webhooks: int  # how many webhooks the site names (their URLs are in ``files`` alone)
     exporter_port: int
     programs: str
     stack_dir: str
@@ -84,12 +93,13 @@ def prometheus_config(cluster: Cluster) -> str:
     """prometheus.yml, built as data: vLLM on the head, behind the front door on loopback (only
     rank 0 has engine metrics), the door's own metrics (HAProxy's exporter, and its Lua's counts),
     the node exporter of every node on its rail 0 address, and Prometheus itself. Each target is
-    labelled with its node's hostname."""
+    labelled with its node's hostname. Its alerts go to Alertmanager on the head's loopback."""
     settings, head = cluster.settings, cluster.head
     interval = settings.metrics_interval_seconds
     config = {
         "global": {"scrape_interval": f"{interval}s", "evaluation_interval": f"{interval}s", "scrape_timeout": f"{min(interval, 10)}s"},
         "rule_files": list(RULE_FILES),
+        "alerting": {"alertmanagers": [{"static_configs": [{"targets": [f"127.0.0.1:{settings.alertmanager_port}"]}]}]},
         "scrape_configs": [
             {"job_name": SCRAPE_JOBS["prometheus"],
              "static_configs": [{"targets": [f"127.0.0.1:{settings.prometheus_port}"], "labels": {"node": head.hostname}}]},
@@ -116,6 +126,61 @@ def rule_files(cluster: Cluster) -> dict[str, str]:
     settings = cluster.settings
     return rules_for(settings.metrics_interval_seconds, settings.expected_link_speed_mbps, settings.heal_margin_seconds,
                      settings.serving_ready_timeout, objectives(settings))
+
+
+# The alerts a node gone makes on its own: its rails' (the collector's series end with its exporter)
+# and the API's, which every node serves a part of. In a direct pair the other node's rails are the
+# same cable, and go down with it.
+NODE_DOWN = "DualSparkNodeDown"
+RAIL_ALERTS = ("DualSparkRailDown", "DualSparkRailSlow", "DualSparkRailErrors")
+API_ALERT = "DualSparkApiDown"
+HEARTBEAT = "DualSparkHeartbeat"
+RECEIVER, NOBODY = "site", "head-only"  # the site's webhooks; none: the alerts stay on the head
+
+
+def alertmanager_timings(interval: int) -> dict[str, str]:
+    """Alertmanager's waits, in scrapes: a group's first notification after two (the alerts of one
+    fault, evaluated together, go out together), its changes after twenty (5 min at 15 s), a
+    firing alert again after four hours; the heartbeat every twenty scrapes."""
+    return {"group_wait": duration(2 * interval), "group_interval": duration(20 * interval), "repeat_interval": "4h",
+            "heartbeat": duration(20 * interval)}
+
+
+def inhibit_rules(topology: str) -> list[dict]:
+    """A node gone silences the alerts it causes: its rails' (``equal: node``; in a direct pair
+    both nodes' rails, the one cable between them), and the API's (the model is split over every
+    node, so any node gone takes it down)."""
+    rails = {"source_matchers": [f'alertname="{NODE_DOWN}"'], "target_matchers": [f'alertname=~"{"|".join(RAIL_ALERTS)}"']}
+    return [{**rails, **({} if topology == "direct" else {"equal": ["node"]})},
+            {"source_matchers": [f'alertname="{NODE_DOWN}"'], "target_matchers": [f'alertname="{API_ALERT}"']}]
+
+
+def alertmanager_config(cluster: Cluster) -> str:
+    """alertmanager.yml, built as data: every alert to the site's webhooks (none named: to a
+    receiver that sends nothing, and the alerts stay on the head), grouped by alert and node; the
+    heartbeat repeated every twenty scrapes, so that a receiver notices its silence; a node gone
+    silencing the alerts it causes (``inhibit_rules``)."""
+    settings = cluster.settings
+    timings = alertmanager_timings(settings.metrics_interval_seconds)
+    receiver = RECEIVER if settings.alert_webhooks else NOBODY
+    receivers = [{"name": receiver, **({"webhook_configs": [{"url": url, "send_resolved": True} for url in settings.alert_webhooks]}
+                                       if settings.alert_webhooks else {})}]
+    config = {
+        "route": {"receiver": receiver, "group_by": ["alertname", "node"], "group_wait": timings["group_wait"],
+                  "group_interval": timings["group_interval"], "repeat_interval": timings["repeat_interval"],
+                  "routes": [{"matchers": [f'alertname="{HEARTBEAT}"'], "receiver": receiver, "group_wait": "0s",
+                              "group_interval": timings["heartbeat"], "repeat_interval": timings["heartbeat"]}]},
+        "inhibit_rules": inhibit_rules(settings.topology),
+        "receivers": receivers,
+    }
+    text = (HEADER + "# Alertmanager of the dual-spark cluster: the alerts of the head's Prometheus to the site's receivers "
+            "(alert_webhooks).\n" + yaml.safe_dump(config, sort_keys=False, width=10**6))
+    if yaml.safe_load(text) != config:
+        raise OperationError(f"{ALERTMANAGER_CONFIG} would not read back as meant: refusing to write it")
+    hidden = shown(text)
+    if any(urlsplit(url)._replace(scheme="", netloc="").geturl() not in ("", "/") and url in hidden for url in settings.alert_webhooks):
+        raise OperationError(f"{ALERTMANAGER_CONFIG}: a webhook URL would show whole in the diff: refusing to write it")
+    return text
 
 
 def duration(seconds: int) -> str:
@@ -177,7 +242,9 @@ def seconds_of(span: str) -> int:
 def grafana_files(cluster: Cluster, grafana_dir: str) -> dict[str, str]:
     """Grafana's stack on the head: compose.yaml (built as data), its provisioning (the Prometheus
     datasource, with a fixed uid and the scrape interval as its time interval; the dashboards'
-    provider) and the dashboards, each a file of files/observability/dashboards/."""
+    provider) and the dashboards, each a file of files/observability/dashboards/. Anonymous
+    viewers only: no login form, no basic auth, no admin account made at its first start, so
+    there is no default password to change."""
     settings = cluster.settings
     inside = "/etc/grafana/provisioning"
     datasource = {"apiVersion": 1, "datasources": [{
@@ -189,14 +256,15 @@ def grafana_files(cluster: Cluster, grafana_dir: str) -> dict[str, str]:
         "options": {"path": "/var/lib/dual-spark-dashboards"}}]}
     env = {"GF_SERVER_HTTP_ADDR": "127.0.0.1", "GF_SERVER_HTTP_PORT": str(settings.grafana_port),
            "GF_AUTH_ANONYMOUS_ENABLED": "true", "GF_AUTH_ANONYMOUS_ORG_ROLE": "Viewer", "GF_AUTH_DISABLE_LOGIN_FORM": "true",
-           "GF_AUTH_BASIC_ENABLED": "false", "GF_USERS_ALLOW_SIGN_UP": "false", "GF_ANALYTICS_REPORTING_ENABLED": "false",
+           "GF_AUTH_BASIC_ENABLED": "false", "GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION": "true", "GF_USERS_ALLOW_SIGN_UP": "false",
+           "GF_USERS_ALLOW_ORG_CREATE": "false", "GF_ANALYTICS_REPORTING_ENABLED": "false",
            "GF_ANALYTICS_CHECK_FOR_UPDATES": "false", "GF_DASHBOARDS_DEFAULT_HOME_DASHBOARD_PATH": "/var/lib/dual-spark-dashboards/vllm-overview.json"}
     stack = {"name": GRAFANA_PROJECT, "services": {"grafana": {
         "image": settings.grafana_image, "pull_policy": "missing", "container_name": GRAFANA_PROJECT, "restart": "unless-stopped",
         "network_mode": "host", "environment": env,
         "volumes": [f"./provisioning:{inside}:ro", "./dashboards:/var/lib/dual-spark-dashboards:ro", "grafana-data:/var/lib/grafana"]}},
         "volumes": {"grafana-data": {}}}
-    compose = HEADER + "# Grafana on loopback, anonymous viewers only, its dashboards provisioned read-only.\n" + yaml.safe_dump(
+    compose = HEADER + "# Grafana on loopback, anonymous viewers only (no login, no admin account), its dashboards provisioned read-only.\n" + yaml.safe_dump(
         stack, sort_keys=False, width=10**6)
     files = {"compose.yaml": compose,
              "provisioning/datasources/dual-spark.yaml": HEADER + yaml.safe_dump(datasource, sort_keys=False),
@@ -228,11 +296,14 @@ def observability_settings(cluster: Cluster, hostname: str) -> ObservabilitySett
                                                  retention_gib=settings.prometheus_retention_gib)
         files |= {f"{PROMETHEUS_DIR}/prometheus.yml": prometheus_config(cluster),
                   **{f"{PROMETHEUS_DIR}/{name}": text for name, text in rule_files(cluster).items()}}
+        files[UNIT_FILES["alertmanager"]] = render("observability/alertmanager.conf.j2", config=ALERTMANAGER_CONFIG,
+                                                   port=settings.alertmanager_port, storage=ALERTMANAGER_STORAGE)
+        files[ALERTMANAGER_CONFIG] = alertmanager_config(cluster)
         if settings.grafana_image:
             files |= grafana_files(cluster, grafana_dir)
     return ObservabilitySettings(
         hostname=hostname, role=node.role, rails=node.rail_data, prometheus_port=settings.prometheus_port,
-        exporter_port=settings.node_exporter_port, programs=where["programs"], stack_dir=settings.stack_dir,
+        alertmanager_port=settings.alertmanager_port, webhooks=len(settings.alert_webhooks), exporter_port=settings.node_exporter_port, programs=where["programs"], stack_dir=settings.stack_dir,
         grafana_image=settings.grafana_image if node.role == "head" else "", grafana_port=settings.grafana_port, grafana_dir=grafana_dir, show_program_diffs=settings.show_program_diffs, files=files)
 
 
@@ -244,7 +315,10 @@ def reading_arguments(settings: ObservabilitySettings) -> dict:
 
 @plans
 def readings(cluster: Cluster, name: str) -> list[Reading]:
-    return [(ObservabilityState, reading_arguments(observability_settings(cluster, name)))] if cluster.settings.observability else []
+    if not cluster.settings.observability:
+        return []
+    head = cluster.node(name).role == "head"
+    return [(ObservabilityState, reading_arguments(observability_settings(cluster, name)))] + [(AlertmanagerState, {})] * head
 
 
 def service(reading: dict, unit: str) -> dict:
@@ -305,6 +379,62 @@ def exporters_running(settings: ObservabilitySettings):
         commands += running(unit, service(reading, unit), why)
     if not commands:
         host.noop(f"the node exporter listens on {settings.rails[0]['address']}:{settings.exporter_port}, and the collector runs")
+    yield from commands
+
+
+def alertmanager_shown(wanted: str, reading: dict) -> None:
+    """The diff of alertmanager.yml, each webhook URL cut after its host on both sides (the rest may
+    be a token); a change past a host, or of the file's owner or mode only, said in a line."""
+    info = reading["files"]["files"].get(ALERTMANAGER_CONFIG)
+    current = reading["shown"] if info is not None and info["kind"] == "file" else None
+    if current is None or current != shown(wanted).splitlines():
+        show_diff(ALERTMANAGER_CONFIG, current, shown(wanted))
+    elif info["sha256"] != get_file_sha256(BytesIO(wanted.encode())):
+        show_line(f"Will modify {ALERTMANAGER_CONFIG}: a webhook URL changed past its host (not shown: it may hold a token)")
+    else:
+        show_line(f"Will set {ALERTMANAGER_CONFIG} to {ALERTMANAGER_OWNER}, mode {ALERTMANAGER_MODE} (now {info['owner']}, mode {info['mode']})")
+
+
+@operation()
+def alertmanager_running(settings: ObservabilitySettings):
+    """
+    On the head: the OS's Alertmanager on loopback, its cluster listener off, sending the alerts
+    of the head's Prometheus to the site's webhooks (none named: they stay on the head). Its
+    configuration (root's, readable by the daemon's group alone: a webhook's URL may hold a token)
+    is staged where only root reads it and checked by the real `amtool check-config` before it is
+    installed; its diff shows each URL to its host only. A new configuration is reloaded, a new
+    drop-in restarts it.
+
+    + settings: the head's observability settings (``observability_settings``)
+
+    **Example:**
+
+    .. code:: python
+
+        alertmanager_running(settings=observability_settings(cluster, host.name))
+    """
+    if not acts_here("head"):
+        return
+    reading = read(host, AlertmanagerState)
+    files = reading["files"]["files"]
+    dropin, config = UNIT_FILES["alertmanager"], settings.files[ALERTMANAGER_CONFIG]
+    commands, dropin_changed = units_put({dropin: settings.files[dropin]}, files)
+    changed = differs(config, files.get(ALERTMANAGER_CONFIG), ALERTMANAGER_MODE, ALERTMANAGER_OWNER)
+    if changed:
+        alertmanager_shown(config, reading)
+        commands += staged({ALERTMANAGER_CONFIG: config}, ALERTMANAGER_STAGING, private=True)
+    new = list(installed(reading, [PACKAGE]))
+    commands += new
+    if changed:
+        commands.append(StringCommand("amtool", "check-config", f"{ALERTMANAGER_STAGING}/{posixpath.basename(ALERTMANAGER_CONFIG)}"))
+        commands.append(from_staging([ALERTMANAGER_CONFIG], ALERTMANAGER_STAGING, PROMETHEUS_DIR, ALERTMANAGER_MODE, ALERTMANAGER_OWNER))
+    unit = UNITS["alertmanager"]
+    why = "its drop-in changed" if dropin_changed else "its package is new" if new else None
+    served, _ = restarted_or_reloaded(unit, service(reading, unit), why, "its configuration changed" if changed else None)
+    commands += served
+    if not commands:
+        where = f"{settings.webhooks} webhook(s)" if settings.webhooks else "no receiver: the alerts stay on the head"
+        host.noop(f"Alertmanager listens on 127.0.0.1:{settings.alertmanager_port}, its configuration up to date ({where})")
     yield from commands
 
 

@@ -16,9 +16,9 @@ from operations.render import show_line
 from operations.upload import upload
 
 
-def differs(text: str, info: dict | None) -> bool:
-    """Whether the node's file (``info``) is not ``text``, root's, mode 644."""
-    return file_differs(BytesIO(text.encode()), "644", info)
+def differs(text: str, info: dict | None, mode: str = "644", owner: str = "root:root") -> bool:
+    """Whether the node's file (``info``) is not ``text``, ``owner``'s, with ``mode``."""
+    return file_differs(BytesIO(text.encode()), mode, info, owner)
 
 
 def units_put(units: dict[str, str], files: dict) -> tuple[list, list[str]]:
@@ -30,18 +30,21 @@ def units_put(units: dict[str, str], files: dict) -> tuple[list, list[str]]:
     return (commands + [StringCommand("systemctl", "daemon-reload")] if changed else []), changed
 
 
-def staged(files: dict[str, str], staging: str) -> list:
+def staged(files: dict[str, str], staging: str, private: bool = False) -> list:
     """Every file of a configuration (path: text) put in ``staging`` under its own name, so that
-    it is checked whole before any of it is installed (``from_staging``)."""
-    commands = [StringCommand("rm", "-rf", staging, "&&", "mkdir", "-p", staging)]
+    it is checked whole before any of it is installed (``from_staging``); ``private``: a staging
+    only root may enter (the configuration holds a secret)."""
+    made = ["install", "-d", "-m", "700", staging] if private else ["mkdir", "-p", staging]
+    commands = [StringCommand("rm", "-rf", staging, "&&", *made)]
     for path, text in files.items():
         commands += upload(BytesIO(text.encode()), f"{staging}/{posixpath.basename(path)}")
     return commands
 
 
-def from_staging(files: list[str], staging: str, directory: str) -> StringCommand:
-    """The checked configuration installed in ``directory``, root's, mode 644; the staging gone."""
-    return StringCommand("mkdir", "-p", directory, "&&", "install", "-o", "root", "-g", "root", "-m", "644",
+def from_staging(files: list[str], staging: str, directory: str, mode: str = "644", owner: str = "root:root") -> StringCommand:
+    """The checked configuration installed in ``directory``, ``owner``'s, with ``mode``; the staging gone."""
+    user, group = owner.split(":")
+    return StringCommand("mkdir", "-p", directory, "&&", "install", "-o", user, "-g", group, "-m", mode,
                          *(f"{staging}/{posixpath.basename(path)}" for path in files), directory, "&&", "rm", "-rf", staging)
 
 

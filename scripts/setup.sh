@@ -110,3 +110,24 @@ install_prometheus_tools() {
   install -m 755 "$work/root/usr/bin/prometheus" "$work/root/usr/bin/promtool" "$PROMETHEUS_CACHE/prometheus-$version/bin/"
   rm -rf "$work"
 }
+
+# Debian's amtool checks what the deploy writes for Alertmanager: unpacked from prometheus-alertmanager
+# into the same cache, as promtool is (tests/observability.py finds both there), never installed.
+install_alertmanager_tools() {
+  if command -v amtool >/dev/null; then
+    return
+  fi
+  if ls "$PROMETHEUS_CACHE"/prometheus-alertmanager-*/bin/amtool >/dev/null 2>&1; then
+    return
+  fi
+  echo "--> Unpacking Debian's prometheus-alertmanager (amtool, for the tests) into $PROMETHEUS_CACHE"
+  local work deb version
+  work=$(mktemp -d)
+  (cd "$work" && { apt-get download prometheus-alertmanager >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus-alertmanager >/dev/null; }; })
+  deb=$(ls "$work"/prometheus-alertmanager_*.deb)
+  version=$(dpkg-deb -f "$deb" Version)
+  dpkg-deb -x "$deb" "$work/root"
+  mkdir -p "$PROMETHEUS_CACHE/prometheus-alertmanager-$version/bin"
+  install -m 755 "$work/root/usr/bin/amtool" "$PROMETHEUS_CACHE/prometheus-alertmanager-$version/bin/"
+  rm -rf "$work"
+}

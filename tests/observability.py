@@ -1,6 +1,7 @@
-"""The Prometheus tools the tests run for real: Debian's promtool and prometheus, installed by
-scripts/test (scripts/setup.sh: from Debian's package into the lab's cache, no service started),
-or found on PATH; and their text format read back."""
+"""The Prometheus tools the tests run for real: Debian's promtool and prometheus, and
+prometheus-alertmanager's amtool, installed by scripts/test (scripts/setup.sh: from Debian's
+packages into the lab's cache, no service started), or found on PATH; and their text format read
+back."""
 
 from __future__ import annotations
 
@@ -12,11 +13,16 @@ from pathlib import Path
 CACHE = Path(os.environ.get("SPARKLAB_CACHE", "/var/cache/sparklab"))
 
 
+PACKAGES = {"promtool": "prometheus", "prometheus": "prometheus", "amtool": "prometheus-alertmanager"}
+
+
 def tool(name: str) -> str:
-    """The path of ``name`` (promtool, prometheus): on PATH, else the one scripts/test unpacked."""
+    """The path of ``name`` (promtool, prometheus, amtool): on PATH, else the one scripts/test
+    unpacked (prometheus-*/ and prometheus-alertmanager-*/ in the cache)."""
     found = shutil.which(name) or next((str(path) for path in sorted(CACHE.glob(f"prometheus-*/bin/{name}")) if os.access(path, os.X_OK)),
                                        None)
-    assert found, f"no {name} here: run scripts/test once as root (it unpacks Debian's prometheus into {CACHE}), or apt-get install prometheus"
+    assert found, (f"no {name} here: run scripts/test once as root (it unpacks Debian's {PACKAGES[name]} into {CACHE}), "
+                   f"or apt-get install {PACKAGES[name]}")
     return found
 
 
@@ -25,6 +31,13 @@ def promtool(*args: str, stdin: str | None = None, cwd: Path | None = None) -> s
     done = subprocess.run([tool("promtool"), *args], input=stdin, capture_output=True, text=True, cwd=cwd, timeout=120)
     assert done.returncode == 0, f"promtool {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout + done.stderr
+
+
+def amtool(*args: str) -> str:
+    """Run amtool; what it printed on stdout (its warnings go to stderr), or the test fails with both."""
+    done = subprocess.run([tool("amtool"), *args], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, f"amtool {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
+    return done.stdout
 
 
 def samples(text: str) -> dict[str, float]:

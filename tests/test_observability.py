@@ -1,8 +1,10 @@
-"""What the deploy writes for Prometheus and Grafana, checked by the real promtool: the
-configuration and rules it renders for a pair and for four nodes; every alert made to fire, and
-to stay silent, by series that stand for the faults it names (`promtool test rules`); the
-recording rules computing what they say on known series; every name used where it is defined;
-every dashboard's queries valid PromQL over the recording rules. One promtool run per fault or case, so that a failure names it."""
+"""What the deploy writes for Prometheus, Alertmanager and Grafana, checked by the real promtool
+and amtool: the configuration and rules it renders for a pair and for four nodes; every alert made
+to fire, and to stay silent, by series that stand for the faults it names (`promtool test rules`);
+the recording rules computing what they say on known series; every name used where it is defined;
+every dashboard's queries valid PromQL over the recording rules; Alertmanager's configuration,
+its routes and its inhibitions against the alerts they name. One promtool run per fault or case, so
+that a failure names it."""
 
 from __future__ import annotations
 
@@ -15,10 +17,32 @@ from pathlib import Path
 import pytest
 import yaml
 
-from layout import COLLECTOR_USER, GRAFANA_DATASOURCE_UID, ITL_BUCKETS, PROMETHEUS_DIR, TEXTFILE_DIR, TTFT_BUCKETS, UNIT_FILES
-from operations.observability import dashboards, grafana_files, observability_settings, rule_files, window
-from tests.fake_host import site
-from tests.observability import promtool, tool
+from facts.alerting import AlertmanagerState, shown
+from facts.combine import split
+from layout import (
+    ALERTMANAGER_CONFIG,
+    COLLECTOR_USER,
+    GRAFANA_DATASOURCE_UID,
+    ITL_BUCKETS,
+    PROMETHEUS_DIR,
+    TEXTFILE_DIR,
+    TTFT_BUCKETS,
+    UNIT_FILES,
+)
+from operations.observability import (
+    HEARTBEAT,
+    NOBODY,
+    RECEIVER,
+    alertmanager_config,
+    alertmanager_timings,
+    dashboards,
+    grafana_files,
+    observability_settings,
+    rule_files,
+    window,
+)
+from tests.fake_host import load, site
+from tests.observability import amtool, promtool, tool
 
 REPO = Path(__file__).resolve().parents[1]
 VLLM_METRICS = REPO / "tests/bench/fixtures/vllm_metrics.txt"  # a CPU vLLM 0.32's /metrics, as the project pins it
@@ -668,8 +692,135 @@ def test_grafana_is_provisioned_with_the_datasource_and_the_dashboards():
     stack = yaml.safe_load(files["/etc/dual-spark/grafana/compose.yaml"])["services"]["grafana"]
     assert stack["image"].endswith("@sha256:" + "a" * 64) and stack["environment"]["GF_SERVER_HTTP_ADDR"] == "127.0.0.1"
     assert stack["environment"]["GF_AUTH_DISABLE_LOGIN_FORM"] == "true" and stack["network_mode"] == "host"
+    # no account to log in with: no form, no basic auth, no admin made at the first start (admin/admin)
+    assert stack["environment"]["GF_AUTH_BASIC_ENABLED"] == "false" and stack["environment"]["GF_SECURITY_DISABLE_INITIAL_ADMIN_CREATION"] == "true"
+    assert stack["environment"]["GF_AUTH_ANONYMOUS_ORG_ROLE"] == "Viewer"
     assert {Path(path).name for path in files if path.endswith(".json")} == set(dashboards())
     assert not any(path.startswith("/etc/dual-spark/grafana") for path in observability_settings(site("pair"), "spark-head").files)
+
+
+HOOKS = ["https://hooks.example.com/services/T0/B1?token=s3cr3t", "http://10.9.0.5:8080/alerts", "https://alerts.example.org/hook/abc123"]
+
+
+def alertmanager_files(tmp: Path, name: str, settings: dict | None = None) -> Path:
+    """alertmanager.yml of tests/sites/<name>.toml with ``settings``, written in tmp."""
+    path = tmp / f"{name}-{len((settings or {}).get('alert_webhooks', []))}.yml"
+    path.write_text(observability_settings(site(name, settings), "spark-head").files[ALERTMANAGER_CONFIG])
+    return path
+
+
+def test_amtool_takes_the_alertmanager_configuration_of_a_pair_and_of_four_nodes(tmp_path):
+    """With the site's webhooks and with none (the alerts stay on the head)."""
+    configs = [alertmanager_files(tmp_path, name, settings) for name in ("pair", "four") for settings in ({}, {"alert_webhooks": HOOKS})]
+    output = amtool("check-config", *map(str, configs))
+    assert output.count("SUCCESS") == 4 and output.count(" - 2 inhibit rules") == 4, output
+
+
+def test_amtool_refuses_a_configuration_that_routes_to_no_receiver(tmp_path):
+    """The check above can fail: the receiver the route names, lost."""
+    config = alertmanager_files(tmp_path, "pair", {"alert_webhooks": HOOKS})
+    config.write_text(config.read_text().replace(f"- name: {RECEIVER}", "- name: elsewhere"))
+    done = subprocess.run([tool("amtool"), "check-config", str(config)], capture_output=True, text=True)
+    assert done.returncode != 0 and "undefined receiver" in done.stdout + done.stderr
+
+
+def alert_names() -> set[str]:
+    return {rule["alert"] for name in ("alerts.yml", "objectives.yml") for group in rules()[name]["groups"] for rule in group["rules"]
+            if "alert" in rule}
+
+
+@pytest.mark.parametrize("webhooks", [HOOKS, []], ids=["webhooks", "none"])
+def test_every_alert_is_routed_to_the_site_and_the_heartbeat_repeats_often(tmp_path, webhooks):
+    """amtool's own routing of every alert the rules make, by its name and a node's: the site's
+    receiver (its webhooks), or with none the one that sends nothing. The heartbeat has a route of
+    its own that repeats it every twenty scrapes, where another alert repeats every four hours."""
+    config = alertmanager_files(tmp_path, "pair", {"alert_webhooks": webhooks})
+    receiver = RECEIVER if webhooks else NOBODY
+    for name in sorted(alert_names()):
+        assert amtool("config", "routes", "test", f"--config.file={config}", f"--verify.receivers={receiver}", f"alertname={name}",
+                      "node=spark-worker").split() == [receiver], name
+    route = yaml.safe_load(config.read_text())["route"]
+    [heartbeat] = route["routes"]
+    assert heartbeat["matchers"] == [f'alertname="{HEARTBEAT}"'] and HEARTBEAT in alert_names()
+    assert heartbeat["repeat_interval"] == heartbeat["group_interval"] == alertmanager_timings(INTERVAL)["heartbeat"] == "5m"
+    assert route["repeat_interval"] == "4h" and route["group_by"] == ["alertname", "node"]
+    assert {hook["url"] for receiver in yaml.safe_load(config.read_text())["receivers"] for hook in receiver.get("webhook_configs", [])} \
+        == set(webhooks)
+
+
+MATCHER = re.compile(r'(\w+)(=~|=)"([^"]*)"')
+
+
+def matched(matchers: list[str], names: set[str]) -> set[str]:
+    """The alert names of ``names`` a list of Alertmanager matchers on alertname selects."""
+    [(label, op, value)] = [MATCHER.fullmatch(matcher).groups() for matcher in matchers]
+    assert label == "alertname"
+    return {name for name in names if (re.fullmatch(value, name) if op == "=~" else name == value)}
+
+
+@pytest.mark.parametrize("name", ["pair", "four"])
+def test_a_node_gone_inhibits_alerts_of_real_names_that_carry_the_labels_it_compares(name):
+    """amtool cannot test an inhibition offline. What it rests on is checked instead: every name a
+    matcher selects is an alert of the rules (a regex selects each alert it lists, and only those),
+    and every label ``equal`` compares is on each of them as promtool saw it fire above (FAULTS):
+    the node gone silences its rails' alerts and the API's, nothing else."""
+    names = alert_names()
+    inhibit = yaml.safe_load(observability_settings(site(name), "spark-head").files[ALERTMANAGER_CONFIG])["inhibit_rules"]
+    fired: dict[str, list[dict]] = {}
+    for _, expected in FAULTS.values():
+        for alert, (_, firing) in expected.items():
+            fired.setdefault(alert, []).extend(labels for _, found in firing for labels in found)
+    silenced = set()
+    for rule in inhibit:
+        sources, targets = matched(rule["source_matchers"], names), matched(rule["target_matchers"], names)
+        listed = set(re.findall(r"DualSpark\w+", " ".join(rule["source_matchers"] + rule["target_matchers"])))
+        assert sources == {"DualSparkNodeDown"} and listed == sources | targets, rule
+        for alert in sources | targets:
+            assert fired.get(alert) and all(set(rule.get("equal", [])) <= set(labels) for labels in fired[alert]), (alert, rule)
+        silenced |= targets
+    assert silenced == {"DualSparkRailDown", "DualSparkRailSlow", "DualSparkRailErrors", "DualSparkApiDown"}
+    rails = next(rule for rule in inhibit if "DualSparkRailDown" in matched(rule["target_matchers"], names))
+    assert rails.get("equal") == (None if site(name).settings.topology == "direct" else ["node"])  # a pair's rails are one cable
+
+
+def test_alertmanager_listens_on_loopback_without_a_cluster_and_prometheus_sends_it_the_alerts():
+    settings = observability_settings(site("pair", {"alertmanager_port": 19093}), "spark-head")
+    [start] = [line for line in settings.files[UNIT_FILES["alertmanager"]].splitlines() if line.startswith("ExecStart=/")]
+    flags = dict(flag.split("=", 1) for flag in start.split()[1:])
+    assert flags["--web.listen-address"] == "127.0.0.1:19093" and flags["--cluster.listen-address"] == ""  # no gossip listener
+    assert flags["--config.file"] == ALERTMANAGER_CONFIG
+    config = yaml.safe_load(settings.files[f"{PROMETHEUS_DIR}/prometheus.yml"])
+    assert config["alerting"] == {"alertmanagers": [{"static_configs": [{"targets": ["127.0.0.1:19093"]}]}]}
+    worker = observability_settings(site("pair"), "spark-worker").files
+    assert UNIT_FILES["alertmanager"] not in worker and ALERTMANAGER_CONFIG not in worker
+
+
+def test_the_diff_shows_each_webhook_to_its_host_as_sed_cuts_it_on_the_head(tmp_path):
+    """facts/alerting.py's expression, run by the real sed as the head runs it, cuts the rendered
+    configuration exactly as the deploy's side does (an unchanged file shows no diff), and no token,
+    path or query is left in either."""
+    text = alertmanager_config(site("pair", {"alert_webhooks": HOOKS}))
+    path = tmp_path / "alertmanager.yml"
+    path.write_text(text)
+    command = AlertmanagerState().command().get_raw_value().replace(ALERTMANAGER_CONFIG, str(path))
+    output = subprocess.run(["sh", "-c", command], capture_output=True, text=True, check=True).stdout.splitlines()
+    assert split(output)["shown"] == shown(text).splitlines()
+    for secret in ("s3cr3t", "services", "alerts\n", "hook/abc123"):
+        assert secret not in shown(text) + "\n"
+    assert shown(text).count("/(not shown)") == 3 and "https://hooks.example.com/(not shown)" in shown(text)
+
+
+def test_no_case_of_alertmanager_prints_a_webhook_past_its_host():
+    """What the run prints of alertmanager.yml (its diff, its lines) in every operation case."""
+    cases = sorted((REPO / "tests/operations/observability.alertmanager_running").glob("[!_]*.json"))
+    assert len(cases) >= 5
+    for path in cases:
+        case = load(path)
+        printed = "\n".join(case.get("printed", [])) + (case.get("noop") or "")
+        for url in site(case["site"], case.get("settings")).settings.alert_webhooks:
+            host, _, rest = url.split("://", 1)[1].partition("/")
+            assert f"{host}/{rest}" not in printed and (len(rest) < 8 or rest not in printed), (path.name, url)
+        assert "s3cr3t" not in json.dumps(case.get("printed", [])) and "n3w" not in json.dumps(case.get("printed", []))
 
 
 OBJECTIVE_STEPS = 600  # two and a half hours of scrapes: long windows need history

@@ -435,6 +435,20 @@ GRAMMAR_MISTAKES = [
     (with_("settings.slo_itl_seconds", 0.12), "settings.slo_itl_seconds", "inter-token latency histogram: 0.01, 0.025"),
     (with_("settings.slo_error_ratio", 0.1), "settings.slo_error_ratio", "0.0001 to 0.05 of requests"),
     (with_("settings.slo_ttft_target", 0.9), "settings.slo_ttft_target", "0.95 to 0.9999"),
+    (with_("settings.alert_webhooks", "https://hooks.example.com/alerts"), "settings.alert_webhooks", "list webhook URLs as strings"),
+    (with_("settings.alert_webhooks", ["ftp://hooks.example.com/alerts"]), "settings.alert_webhooks[0]", "use an http(s) URL"),
+    (with_("settings.alert_webhooks", ["hooks.example.com/alerts"]), "settings.alert_webhooks[0]", "use an http(s) URL"),
+    (with_("settings.alert_webhooks", ["https://"]), "settings.alert_webhooks[0]", "use an http(s) URL"),
+    (with_("settings.alert_webhooks", ["https://hooks.example.com:99999/x"]), "settings.alert_webhooks[0]", "use an http(s) URL"),
+    (with_("settings.alert_webhooks", ["https://alerts:pw@hooks.example.com/x"]), "settings.alert_webhooks[0]", "user:password@"),
+    (with_("settings.alert_webhooks", ["https://hooks.example.com/x#top"]), "settings.alert_webhooks[0]", "#fragment"),
+    (with_("settings.alert_webhooks", ["https://hooks.example.com/a b"]), "settings.alert_webhooks[0]", "without spaces"),
+    (with_("settings.alert_webhooks", ["https://hooks.example.com/x\n"]), "settings.alert_webhooks[0]", "use an http(s) URL"),
+    (with_("settings.alert_webhooks", [7]), "settings.alert_webhooks[0]", "write each webhook URL as a string"),
+    (with_("settings.alert_webhooks", ["https://h.example.com/a", "https://h.example.com/a"]), "settings.alert_webhooks", "each webhook once"),
+    (with_("settings.alert_webhooks", [f"https://h.example.com/{i}" for i in range(17)]), "settings.alert_webhooks", "at most 16 webhooks"),
+    (with_("settings.alertmanager_port", 80), "settings.alertmanager_port", "1024 or above"),
+    (with_("settings.alertmanager_port", 9090), "settings.alertmanager_port", "prometheus_port uses that port already"),
 ]
 
 
@@ -571,6 +585,8 @@ SECRET_MISTAKES = [
     (with_("settings.speculative_options", {"prompt_lookup_max": 3}, with_("profile.adaptive.speculative_tokens", 0)),
      "settings.speculative_options", "drafts no tokens"),
     (with_("settings.grafana_image", DIGEST, with_("settings.observability", False)), "settings.grafana_image", "observability = true"),
+    (with_("settings.alert_webhooks", ["https://hooks.example.com/t?token=s3cr3t"], with_("settings.observability", False)),
+     "settings.alert_webhooks", "installs no Alertmanager"),
     # the ports of unprivileged daemons
     (with_("settings.prometheus_port", 80), "settings.prometheus_port", "1024 or above"),
     (with_("settings.node_exporter_port", 443), "settings.node_exporter_port", "1024 or above"),
@@ -640,7 +656,29 @@ SECRET_NEIGHBOURS = [
      lambda c: c.settings.container_secrets, {"wandb": "/etc/dual-spark/secrets/wandb", "S3.key_2": "/etc/dual-spark-keys/s3/key",
                                               "x": "/etc/dual-spark/x"}),
     (with_("client.deployer", {}, with_("client.laptop", {})), lambda c: c.clients, ("deployer", "laptop")),
+    (with_("settings.alert_webhooks", ["https://hooks.example.com/services/T0/B1?token=s3cr3t", "http://10.9.0.5:8080/alerts",
+                                       "http://[fd00::5]:9000", "https://hooks.example.com/services/T0/B2"]),
+     lambda c: c.settings.alert_webhooks, ["https://hooks.example.com/services/T0/B1?token=s3cr3t", "http://10.9.0.5:8080/alerts",
+                                           "http://[fd00::5]:9000", "https://hooks.example.com/services/T0/B2"]),
+    (with_("settings.alert_webhooks", []), lambda c: c.settings.alert_webhooks, []),
+    (with_("settings.alertmanager_port", 9090, with_("settings.observability", False)), lambda c: c.settings.alertmanager_port, 9090),
+    (with_("settings.alertmanager_port", 19093), lambda c: c.settings.alertmanager_port, 19093),
 ]
+
+
+@pytest.mark.parametrize("webhooks", [["ftp://hooks.example.com/t/s3cr3t"], ["https://hooks.example.com/t?token=s3cr3t"] * 2,
+                                      "https://hooks.example.com/t/s3cr3t", ["hooks.example.com/s3cr3t"], {"a": "https://h/s3cr3t"},
+                                      ["https://user:s3cr3t@hooks.example.com/"]])
+def test_a_refused_webhook_is_quoted_without_what_may_be_its_token(webhooks):
+    """A webhook's URL may hold a token: a refusal names the field and the fix, and quotes the URL to
+    its host at most, in the site file and as --data alike."""
+    for message in (refused(with_("settings.alert_webhooks", webhooks)), refused(GOOD, {"alert_webhooks": webhooks})):
+        assert "alert_webhooks" in message and "s3cr3t" not in message, message
+
+
+def test_webhooks_with_observability_off_are_refused_quoted_to_their_host():
+    message = refused(with_("settings.alert_webhooks", ["https://hooks.example.com/t?token=s3cr3t"], with_("settings.observability", False)))
+    assert "['https://hooks.example.com/(not shown)']" in message and "s3cr3t" not in message, message
 
 
 @pytest.mark.parametrize("document, held, value", SECRET_NEIGHBOURS, ids=[f"#{i}" for i in range(len(SECRET_NEIGHBOURS))])

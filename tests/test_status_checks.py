@@ -308,3 +308,16 @@ def test_a_container_unhealthy_from_its_start_that_serves_now_warns():
     assert stale.status == WARN and "serves now" in stale.detail
     down = reading("head", health="unhealthy", api=DOWN, live={"role": "head", "session": SESSION, "state": "failing", "joined": None})
     assert rows(down, reading("worker"))["spark-head", "vLLM container"].status == FAIL
+
+
+def test_alert_delivery_says_where_the_alerts_go_and_warns_when_nowhere():
+    """The site's webhooks, each named by its host alone (a token may follow it); none: the alerts
+    stay on the head, a warning that names the setting. No row without observability."""
+    readings = {"spark-head": reading("head", prometheus=RATES), "spark-worker": reading("worker")}
+    hooks = ["https://hooks.example.com/services/T0/B1?token=s3cr3t", "http://10.9.0.5:8080/alerts"]
+    delivered = {c.item: c for c in status_checks("spark-head", site("pair", {"alert_webhooks": hooks}), readings)}["alert delivery"]
+    assert delivered.status == PASS and "2 webhook(s) at 10.9.0.5:8080, hooks.example.com" in delivered.detail
+    assert "s3cr3t" not in delivered.detail + delivered.fix and "services" not in delivered.detail
+    nowhere = rows(reading("head", prometheus=RATES), reading("worker"))["spark-head", "alert delivery"]
+    assert nowhere.status == WARN and "stay on the head" in nowhere.detail and "alert_webhooks" in nowhere.fix
+    assert ("spark-head", "alert delivery") not in rows(reading("head"), reading("worker"))

@@ -1,0 +1,163 @@
+"""Alert delivery on the lab pair, for real: the deploy installs Debian's Alertmanager on the head
+from the nodes' (offline) package mirror, on loopback with no cluster listener, and a converge with
+a webhook in the site sends the alerts to it. The webhook is a tiny listener in the head's own
+network namespace (no lab support beyond the package): it receives the heartbeat, a node gone (the
+worker's node exporter stopped) firing, and then its resolution once the exporter runs again. The
+webhook's token is in no output of the run, its diff, its --dry diff of a new token, or the status.
+
+The lab's site scrapes every lab.config.METRICS_INTERVAL seconds (5 s): Alertmanager's waits follow
+it (a group's first notification after two scrapes, its resolution within twenty: 100 s).
+Runs after test_48 (which reads the site's own configuration) and before test_50's faults; the
+next module's converge puts the site's own configuration (no webhook) back."""
+
+import json
+import re
+import secrets
+import subprocess
+import time
+
+import pytest
+
+from lab.config import HEAD, METRICS_INTERVAL, WORKER
+from lab.processes import in_node
+from tests.e2e.conftest import pyinfra, site_variant
+from tests.e2e.test_10_converge import changed_operations
+
+pytestmark = pytest.mark.end_to_end
+PORT = 19099  # on the head's loopback: nothing of the deploy's listens there
+RECEIVED = "/tmp/dual-spark-webhook.jsonl"  # in the head's root: what the listener received, a JSON line a POST
+TOKEN = f"lab-{secrets.token_hex(8)}"
+WEBHOOK = f"http://127.0.0.1:{PORT}/hook/{TOKEN}?token={TOKEN}"
+CONFIG = "etc/prometheus/dual-spark/alertmanager.yml"
+# The listener: each POST's JSON body, and its path, appended to RECEIVED; it ends on its own after
+# an hour, and writes its PID beside RECEIVED for the fixture to end it sooner.
+LISTENER = r"""
+import http.server, json, os, sys, time
+port, out = int(sys.argv[1]), sys.argv[2]
+open(out + ".pid", "w").write(str(os.getpid()))
+class Hook(http.server.BaseHTTPRequestHandler):
+    def do_POST(self):
+        body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        with open(out, "a") as received:
+            received.write(json.dumps({"path": self.path, "body": json.loads(body)}) + "\n")
+        self.send_response(200)
+        self.end_headers()
+    def log_message(self, *args):
+        pass
+server = http.server.HTTPServer(("127.0.0.1", port), Hook)
+server.timeout = 1
+deadline = time.monotonic() + 3600
+while time.monotonic() < deadline:
+    server.handle_request()
+"""
+
+
+def listening(node, port: int) -> list[str]:
+    lines = in_node(node.dir, "ss", "-Hltn", f"sport = :{port}", capture_output=True).stdout.splitlines()
+    return sorted(line.split()[3].rsplit(":", 1)[0] for line in lines if len(line.split()) >= 4)
+
+
+def received() -> list[dict]:
+    """Every notification the listener received, in order: Alertmanager's webhook payloads."""
+    path = HEAD.root / RECEIVED.lstrip("/")
+    return [json.loads(line)["body"] for line in path.read_text().splitlines()] if path.exists() else []
+
+
+def notified(alertname: str, status: str, node: str | None = None) -> list[dict]:
+    """The notifications whose group holds ``alertname`` (on ``node``) with its alert in ``status``."""
+    return [body for body in received() for alert in body["alerts"]
+            if alert["labels"]["alertname"] == alertname and alert["status"] == status
+            and (node is None or alert["labels"].get("node") == node)]
+
+
+def waited(what: str, found, timeout: float) -> list[dict]:
+    deadline = time.monotonic() + timeout
+    while not (got := found()):
+        assert time.monotonic() < deadline, f"{what}: not received in {timeout:.0f} s; received: {received()}"
+        time.sleep(2)
+    return got
+
+
+@pytest.fixture(scope="module")
+def webhook(lab, tmp_path_factory):
+    """The listener running in the head's namespaces (as in_node enters them), and the lab's site
+    with it as the one webhook; ended with the module."""
+    (HEAD.root / RECEIVED.lstrip("/")).unlink(missing_ok=True)
+    pid = (HEAD.dir / "init.pid").read_text().strip()
+    process = subprocess.Popen(["nsenter", "-t", pid, "-m", "-u", "-i", "-n", "-p", "-r", "-w", "--", "python3", "-c", LISTENER,
+                                str(PORT), RECEIVED], stdin=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while listening(HEAD, PORT) != ["127.0.0.1"]:
+        assert time.monotonic() < deadline and process.poll() is None, "the webhook listener did not start in the head"
+        time.sleep(0.5)
+    yield site_variant(tmp_path_factory.mktemp("webhook"), alert_webhooks=[WEBHOOK])
+    listener = HEAD.root / f"{RECEIVED.lstrip('/')}.pid"
+    if listener.exists():
+        in_node(HEAD.dir, "kill", listener.read_text().strip(), check=False)
+    process.wait(timeout=30)
+
+
+@pytest.fixture(scope="module")
+def delivering(webhook):
+    """A converge with the webhook in the site: Alertmanager's configuration changes, and it reloads."""
+    result = pyinfra("-y", site=webhook)
+    assert result.returncode == 0, result.stdout
+    return result
+
+
+def test_alertmanager_listens_on_loopback_alone_its_configuration_the_daemons_alone(delivering):
+    assert re.search(r"Run Alertmanager on the head \(127\.0\.0\.1:9093\), delivering to 1 webhook\(s\)", delivering.stdout), delivering.stdout
+    assert in_node(HEAD.dir, "systemctl", "is-active", "prometheus-alertmanager", capture_output=True, check=False).stdout.strip() == "active"
+    assert listening(HEAD, 9093) == ["127.0.0.1"] and listening(HEAD, 9094) == []  # no cluster (gossip) listener
+    assert listening(WORKER, 9093) == []
+    config = HEAD.root / CONFIG
+    group = next(line.split(":")[2] for line in (HEAD.root / "etc/group").read_text().splitlines() if line.startswith("prometheus:"))
+    assert oct(config.stat().st_mode & 0o777) == "0o640" and config.stat().st_uid == 0 and str(config.stat().st_gid) == group
+    assert TOKEN in config.read_text()  # what Alertmanager needs; and nowhere in what the run printed
+    assert TOKEN not in delivering.stdout and "127.0.0.1:19099/(not shown)" in delivering.stdout, delivering.stdout
+
+
+def test_the_heartbeat_reaches_the_webhook(delivering):
+    [body, *_] = waited("the heartbeat", lambda: notified("DualSparkHeartbeat", "firing"), 120)
+    assert body["version"] == "4" and body["receiver"] == "site" and body["status"] == "firing"
+
+
+def test_a_node_gone_is_delivered_firing_then_resolved(delivering):
+    """The worker's node exporter stopped: DualSparkNodeDown fires after four scrapes and reaches the
+    webhook; started again, its resolution does, within the group's interval (twenty scrapes)."""
+    assert not notified("DualSparkNodeDown", "firing", "spark-worker")
+    in_node(WORKER.dir, "systemctl", "stop", "prometheus-node-exporter")
+    try:
+        [fired, *_] = waited("DualSparkNodeDown firing", lambda: notified("DualSparkNodeDown", "firing", "spark-worker"),
+                             4 * METRICS_INTERVAL + 120)
+        assert fired["groupLabels"] == {"alertname": "DualSparkNodeDown", "node": "spark-worker"}
+        assert fired["commonLabels"]["severity"] == "critical"
+    finally:
+        in_node(WORKER.dir, "systemctl", "start", "prometheus-node-exporter")
+    waited("DualSparkNodeDown resolved", lambda: notified("DualSparkNodeDown", "resolved", "spark-worker"), 20 * METRICS_INTERVAL + 180)
+
+
+def test_status_names_the_webhooks_host_and_not_its_token(delivering, webhook):
+    result = pyinfra("-y", task="tasks/status.py", site=webhook)
+    assert re.search(r"spark-head\s+alert delivery\s+PASS\s+Alertmanager sends to 1 webhook\(s\) at 127\.0\.0\.1:19099", result.stdout), result.stdout
+    assert TOKEN not in result.stdout
+
+
+def test_a_new_token_is_said_in_a_line_never_shown(delivering, webhook, tmp_path):
+    again = pyinfra("-y", site=webhook)
+    assert again.returncode == 0 and changed_operations(again.stdout) == 0, again.stdout
+    other = f"lab-{secrets.token_hex(8)}"
+    dry = pyinfra("--dry", site=site_variant(tmp_path, alert_webhooks=[WEBHOOK.replace(TOKEN, other)]))
+    assert dry.returncode == 0, dry.stdout
+    assert "a webhook URL changed past its host (not shown: it may hold a token)" in dry.stdout, dry.stdout
+    assert other not in dry.stdout and TOKEN not in dry.stdout
+    assert other not in (HEAD.root / CONFIG).read_text()  # --dry changed nothing
+
+
+def test_the_token_is_in_no_file_beyond_alertmanagers_configuration(delivering):
+    for folder in ("etc/systemd/system", "var/log/sparklab-units", "run/dual-spark"):
+        for path in (HEAD.root / folder).rglob("*"):
+            if path.is_file() and not path.is_symlink():
+                assert TOKEN not in path.read_text(errors="replace"), path
+    assert [path for path in (HEAD.root / "etc/prometheus").rglob("*") if path.is_file() and TOKEN in path.read_text(errors="replace")] \
+        == [HEAD.root / CONFIG]
