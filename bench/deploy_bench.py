@@ -34,9 +34,11 @@ RATIO_GOAL, COMMANDS_GOAL = 2.0, 20
 
 
 def timed(*args: str) -> tuple[float, str]:
+    """pyinfra with ``args``: its time and output. -y unless --dry (which, with -y, skips change
+    detection and reads nothing)."""
     started = time.monotonic()
     result = subprocess.run(
-        [str(PYINFRA), "-y", *args], cwd=REPO, stdin=subprocess.DEVNULL,
+        [str(PYINFRA), *(() if "--dry" in args else ("-y",)), *args], cwd=REPO, stdin=subprocess.DEVNULL,
         env={**os.environ, "DUAL_SPARK_SITE": str(LAB_DIR / "site.toml")},
         stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
     )
