@@ -25,7 +25,9 @@ from tests.e2e.test_10_converge import changed_operations
 
 pytestmark = pytest.mark.end_to_end
 PORT = 19099  # on the head's loopback: nothing of the deploy's listens there
-RECEIVED = "/tmp/dual-spark-webhook.jsonl"  # in the head's root: what the listener received, a JSON line a POST
+# In the head's root file system, which the host sees at HEAD.root (a node's /tmp and /run are
+# its own tmpfs, out of the host's sight): what the listener received, a JSON line a POST.
+RECEIVED = "/var/tmp/dual-spark-webhook.jsonl"
 TOKEN = f"lab-{secrets.token_hex(8)}"
 WEBHOOK = f"http://127.0.0.1:{PORT}/hook/{TOKEN}?token={TOKEN}"
 CONFIG = "etc/prometheus/dual-spark/alertmanager.yml"
@@ -155,9 +157,11 @@ def test_a_new_token_is_said_in_a_line_never_shown(delivering, webhook, tmp_path
 
 
 def test_the_token_is_in_no_file_beyond_alertmanagers_configuration(delivering):
-    for folder in ("etc/systemd/system", "var/log/sparklab-units", "run/dual-spark"):
+    for folder in ("etc/systemd/system", "var/log/sparklab-units"):
         for path in (HEAD.root / folder).rglob("*"):
             if path.is_file() and not path.is_symlink():
                 assert TOKEN not in path.read_text(errors="replace"), path
+    found = in_node(HEAD.dir, "grep", "-rlF", "-D", "skip", "--", TOKEN, "/run", "/tmp", capture_output=True, check=False)
+    assert found.stdout == "", found.stdout  # the node's own tmpfs, read inside it
     assert [path for path in (HEAD.root / "etc/prometheus").rglob("*") if path.is_file() and TOKEN in path.read_text(errors="replace")] \
         == [HEAD.root / CONFIG]
