@@ -11,6 +11,9 @@ every node interleave in this order.
 
 from pyinfra import local
 
+from operations.readings import plan_every_module
+
+plan_every_module()  # change detection reads each node once, for the steps of every task below
 local.include("tasks/host_prep.py")
 local.include("tasks/identity.py")
 local.include("tasks/fabric.py")

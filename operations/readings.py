@@ -1,6 +1,6 @@
 """What the steps of a run read of each node, read once per node. The first reading a step takes
 reads every node at the same time, each in one round trip (NodeState): all the facts the steps
-of every operation module read there (``step_readings``). Until the run changes something, every
+of the loaded operation modules read there (``step_readings``; deploy.py loads them all first). Until the run changes something, every
 step takes its readings from there; once any step has run a command on any node, every reading
 is taken anew. Change
 detection (and --dry) reads the nodes once; the run that follows reads them again before it
@@ -41,13 +41,19 @@ def plans(plan: Callable[[Cluster, str], list[Reading]]) -> Callable[[Cluster, s
     return plan
 
 
-def step_readings(cluster: Cluster, name: str) -> list[Reading]:
-    """Every (fact, arguments) the steps of every operation module read of the node ``name``,
-    whichever node's step reads it: each once. Every module is loaded here first: change detection
-    reads a node as soon as a task calls its first step, before the deploy file has loaded the
-    modules of the tasks after it, and the round trip must read for those too."""
+def plan_every_module() -> None:
+    """Load every operation module, and with it its plan: for deploy.py, which runs them all.
+    Change detection reads a node as soon as the first task calls its first step, before the
+    deploy file has loaded the tasks after it; so loaded, the one round trip reads for them too.
+    A task run alone (status, profile, rollback) plans for the modules it loads, no more: its
+    round trip does not wait on verification's probe of the API."""
     for path in sorted(Path(__file__).parent.glob("*.py")):
         importlib.import_module(f"operations.{path.stem}")
+
+
+def step_readings(cluster: Cluster, name: str) -> list[Reading]:
+    """Every (fact, arguments) the steps of the modules a run has loaded read of the node
+    ``name``, whichever node's step reads it: each once."""
     found = {key(fact, arguments): (fact, arguments) for plan in _plans for fact, arguments in plan(cluster, name)}
     return list(found.values())
 

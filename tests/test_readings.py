@@ -15,11 +15,12 @@ from facts.serving import ServingState
 from facts.ssh_trust import SshTrust
 from operations.managed import managed_files
 from operations.own import NAMES, Claim, reading_paths
-from operations.readings import _plans, key, read, step_readings
+from operations.readings import _plans, key, plan_every_module, read, step_readings
 from tests.fake_host import args_key, fact_key, load, run_operation, running, site, task_arguments
 from tests.test_facts import facts_of_this_project
 from tests.test_operations import FIXTURES
 
+plan_every_module()  # as deploy.py does: every module's plan, whichever tests ran before these
 PROJECT = {name for name, _ in facts_of_this_project()}
 # What an operation reads of a node outside the plan: only as a change is shown (a program's old
 # text, a rollback's record files), while the changes execute (a callback's status), in verification,
@@ -143,14 +144,16 @@ def test_a_section_that_names_no_fact_is_left_out_and_never_run(name):
         NodeState().command(readings=[[name, {}]])
 
 
-def test_the_first_reading_plans_for_the_modules_loaded_after_it():
-    """Change detection reads a node as soon as the first task calls its first step, before the
-    deploy file has loaded the tasks after it: the plan still names what their steps read (so that
-    `pyinfra --dry` reads each node once), in a process that has loaded one module only."""
+def test_the_deploy_plans_for_every_task_before_the_first_reading():
+    """Change detection reads a node as soon as the first task calls its first step, before
+    deploy.py has loaded the tasks after it: deploy.py loads every module's plan before its first
+    include (so that `pyinfra --dry` reads each node once). Its preamble alone, in a fresh process."""
     import subprocess
     import sys
 
-    script = ("import operations.host_prep\nfrom operations.readings import fact_name, step_readings\nfrom tests.fake_host import site\n"
+    script = ("import pyinfra.local\npyinfra.local.include = lambda *args, **kwargs: None\n"
+              "exec(compile(open('deploy.py').read(), 'deploy.py', 'exec'))\n"
+              "from operations.readings import fact_name, step_readings\nfrom tests.fake_host import site\n"
               "print(' '.join(sorted({fact_name(fact) for fact, _ in step_readings(site('pair'), 'spark-head')})))")
     done = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=120, cwd=Path(__file__).parents[1])
     assert done.returncode == 0, done.stderr
@@ -167,7 +170,6 @@ def test_verification_reads_what_it_shares_as_the_steps_read_it(name):
     from operations.verify import readings
 
     cluster = site("pair")
-    step_readings(cluster, name)  # loads every module's plan
     own, *shared = readings(cluster, name)
     assert own[0] is Readiness and [fact for fact, _ in shared] == list(SHARED.values())
     steps = [reading for plan in _plans if plan is not readings for reading in plan(cluster, name)]
