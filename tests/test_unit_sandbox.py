@@ -19,6 +19,7 @@ import programs
 from layout import TEXTFILE, UNIT_FILES
 from operations.observability import observability_settings
 from tests.fake_host import site
+from tests.test_observability import unit_settings
 
 # Runs the archive as `python3 ARCHIVE ARGS...` would, after installing a hook that appends each
 # write the program makes (the path, or "fd" for a descriptor) to the file named by argv[1].
@@ -49,19 +50,9 @@ finally:
 """
 
 
-def unit_service(text: str) -> dict[str, list[str]]:
-    """The [Service] section of a unit file: each key's values in order."""
-    found: dict[str, list[str]] = {}
-    for line in text.split("[Service]", 1)[1].split("\n[", 1)[0].splitlines():
-        if "=" in line and not line.startswith("#"):
-            key, _, value = line.partition("=")
-            found.setdefault(key, []).append(value)
-    return found
-
-
 @pytest.mark.parametrize("hostname", ["spark-head", "spark-worker"])
 def test_the_collector_writes_only_where_its_unit_lets_it(hostname, tmp_path):
-    unit = unit_service(observability_settings(site("pair"), hostname).files[UNIT_FILES["collector"]])
+    unit = unit_settings(observability_settings(site("pair"), hostname).files[UNIT_FILES["collector"]])
     assert unit["ProtectSystem"] == ["strict"] and unit["PrivateTmp"] == ["true"]
     allowed = [Path(path) for path in unit["ReadWritePaths"]] + [Path("/tmp"), Path("/var/tmp")]  # PrivateTmp: its own
     python, archive, *argv = shlex.split(unit["ExecStart"][-1])
