@@ -111,16 +111,19 @@ install_prometheus_tools() {
   rm -rf "$work"
 }
 
-# Debian's amtool checks what the deploy writes for Alertmanager: unpacked from prometheus-alertmanager
-# into the same cache, as promtool is (tests/observability.py finds both there), never installed.
+# Debian's amtool checks what the deploy writes for Alertmanager, and its daemon takes the silences
+# of planned work in tests/programs: unpacked from prometheus-alertmanager into the same cache, as
+# promtool is (tests/observability.py finds them there), never installed or started as a service.
+# The daemon reads its templates at the path Debian's build names, where they are put.
+ALERTMANAGER_TEMPLATES=/usr/share/prometheus/alertmanager
 install_alertmanager_tools() {
-  if command -v amtool >/dev/null; then
+  if command -v prometheus-alertmanager >/dev/null; then
     return
   fi
-  if ls "$PROMETHEUS_CACHE"/prometheus-alertmanager-*/bin/amtool >/dev/null 2>&1; then
+  if [ -e "$ALERTMANAGER_TEMPLATES/email.tmpl" ] && ls "$PROMETHEUS_CACHE"/prometheus-alertmanager-*/bin/prometheus-alertmanager >/dev/null 2>&1; then
     return
   fi
-  echo "--> Unpacking Debian's prometheus-alertmanager (amtool, for the tests) into $PROMETHEUS_CACHE"
+  echo "--> Unpacking Debian's prometheus-alertmanager (amtool and the daemon, for the tests) into $PROMETHEUS_CACHE"
   local work deb version
   work=$(mktemp -d)
   (cd "$work" && { apt-get download prometheus-alertmanager >/dev/null 2>&1 || { apt-get update -qq && apt-get download prometheus-alertmanager >/dev/null; }; })
@@ -128,6 +131,8 @@ install_alertmanager_tools() {
   version=$(dpkg-deb -f "$deb" Version)
   dpkg-deb -x "$deb" "$work/root"
   mkdir -p "$PROMETHEUS_CACHE/prometheus-alertmanager-$version/bin"
-  install -m 755 "$work/root/usr/bin/amtool" "$PROMETHEUS_CACHE/prometheus-alertmanager-$version/bin/"
+  install -m 755 "$work/root/usr/bin/amtool" "$work/root/usr/bin/prometheus-alertmanager" "$PROMETHEUS_CACHE/prometheus-alertmanager-$version/bin/"
+  mkdir -p "$ALERTMANAGER_TEMPLATES"
+  cp -n "$work/root$ALERTMANAGER_TEMPLATES"/*.tmpl "$ALERTMANAGER_TEMPLATES/"
   rm -rf "$work"
 }

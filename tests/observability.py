@@ -1,5 +1,5 @@
 """The Prometheus tools the tests run for real: Debian's promtool and prometheus, and
-prometheus-alertmanager's amtool, installed by scripts/test (scripts/setup.sh: from Debian's
+prometheus-alertmanager's amtool and daemon, installed by scripts/test (scripts/setup.sh: from Debian's
 packages into the lab's cache, no service started), or found on PATH; and their text format read
 back."""
 
@@ -13,11 +13,12 @@ from pathlib import Path
 CACHE = Path(os.environ.get("SPARKLAB_CACHE", "/var/cache/sparklab"))
 
 
-PACKAGES = {"promtool": "prometheus", "prometheus": "prometheus", "amtool": "prometheus-alertmanager"}
+PACKAGES = {"promtool": "prometheus", "prometheus": "prometheus", "amtool": "prometheus-alertmanager",
+            "prometheus-alertmanager": "prometheus-alertmanager"}
 
 
 def tool(name: str) -> str:
-    """The path of ``name`` (promtool, prometheus, amtool): on PATH, else the one scripts/test
+    """The path of ``name`` (one of PACKAGES): on PATH, else the one scripts/test
     unpacked (prometheus-*/ and prometheus-alertmanager-*/ in the cache)."""
     found = shutil.which(name) or next((str(path) for path in sorted(CACHE.glob(f"prometheus-*/bin/{name}")) if os.access(path, os.X_OK)),
                                        None)
