@@ -24,6 +24,7 @@ from pyinfra.api.util import get_file_sha256
 from cluster import HEAL_FACTOR, Cluster
 from facts.alerting import PACKAGE, AlertmanagerState, shown
 from facts.observability import CONFIG_FILES, ObservabilityState
+from files.dual_spark.silence import QUIET
 from layout import (
     ALERTMANAGER_CONFIG,
     ALERTMANAGER_STORAGE,
@@ -229,7 +230,7 @@ def rules_for(interval: int, expected_link_speed_mbps: int, heal_margin_seconds:
     burns = burn_windows(interval)
     values = {"interval": interval, "window": window(interval), "jobs": SCRAPE_JOBS, "expected_link_speed_mbps": expected_link_speed_mbps,
               "textfile": textfile, "textfile_dir": TEXTFILE_DIR, "heal_factor": HEAL_FACTOR, "heal_margin": heal_margin_seconds,
-              "ready_timeout": ready_timeout, "objectives": objectives, "burns": burns,
+              "quiet": QUIET, "ready_timeout": ready_timeout, "objectives": objectives, "burns": burns,
               "burn_ranges": sorted({w for pairs in burns.values() for pair in pairs for w in pair[:2]}, key=seconds_of)}
     return {name: render(f"observability/{name}.j2", **values) for name in RULE_FILES}
 

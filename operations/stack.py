@@ -307,15 +307,22 @@ def stop(stack_dir: str) -> StringCommand:
 
 
 def drained_stop(settings: StackSettings) -> StringCommand:
-    """The head's stop for a planned change: planned work is marked first (it lapses after the drain,
-    a change's wait for its first token and its rollback's, and a minute, if no end comes); the front
-    door holds new requests and lets those in flight finish (up to door_drain_seconds) before vLLM
-    stops, then takes them to the next one."""
+    """The head's stop for a planned change: planned work is marked first, and silenced in
+    Alertmanager (both lapse after the drain, a change's wait for its first token and its
+    rollback's, and a minute, if no end comes); the front door holds new requests and lets those
+    in flight finish (up to door_drain_seconds) before vLLM stops, then takes them to the next one."""
     lapses = settings.site.door_drain_seconds + 2 * settings.site.serving_ready_timeout + 60
     return StringCommand("python3", QuoteString(settings.programs), "planned", "begin", "--file", QuoteString(planned_file(settings)),
                          "--seconds", str(lapses), "--what", QuoteString("a deploy run stops and starts serving"), "&&",
+                         *silence(settings, "begin"), "&&",
                          "python3", QuoteString(settings.programs), "door", "stop", "--socket", DOOR["socket"], "--drain",
                          str(settings.site.door_drain_seconds), "--", stop(settings.site.stack_dir))
+
+
+def silence(settings: StackSettings, verb: str) -> tuple:
+    """``silence begin`` or ``end`` (files/dual_spark/silence.py): the planned work in the head's Alertmanager."""
+    return ("python3", QuoteString(settings.programs), "silence", verb, "--file", QuoteString(planned_file(settings)),
+            "--alertmanager", f"http://127.0.0.1:{settings.site.alertmanager_port}")
 
 
 def planned_file(settings: StackSettings) -> str:
@@ -324,4 +331,5 @@ def planned_file(settings: StackSettings) -> str:
 
 def planned_done(settings: StackSettings) -> StringCommand:
     """The end of the planned work drained_stop marked: the head serves again, or the run gave up."""
-    return StringCommand("python3", QuoteString(settings.programs), "planned", "end", "--file", QuoteString(planned_file(settings)))
+    return StringCommand(*silence(settings, "end"), "&&", "python3", QuoteString(settings.programs), "planned", "end", "--file",
+                         QuoteString(planned_file(settings)))

@@ -19,6 +19,7 @@ import yaml
 
 from facts.alerting import AlertmanagerState, shown
 from facts.combine import split
+from files.dual_spark.silence import QUIET as SILENCED
 from layout import (
     ALERTMANAGER_CONFIG,
     COLLECTOR_USER,
@@ -727,6 +728,19 @@ def test_amtool_refuses_a_configuration_that_routes_to_no_receiver(tmp_path):
 def alert_names() -> set[str]:
     return {rule["alert"] for name in ("alerts.yml", "objectives.yml") for group in rules()[name]["groups"] for rule in group["rules"]
             if "alert" in rule}
+
+
+def test_the_alerts_a_planned_restart_would_set_off_wait_for_its_mark_and_are_those_its_silence_matches():
+    """A rule that waits for the mark of planned work (``unless ... planned_work:active``) carries
+    the label the work's silence in Alertmanager matches (files/dual_spark/silence.py QUIET), and
+    no other rule does: the two never disagree on which alerts planned work quiets."""
+    name, value = SILENCED
+    alerts = [rule for file in ("alerts.yml", "objectives.yml") for group in rules()[file]["groups"] for rule in group["rules"]
+              if "alert" in rule]
+    waiting = {rule["alert"] for rule in alerts if "dual_spark:planned_work:active" in rule["expr"]}
+    labelled = {rule["alert"] for rule in alerts if rule["labels"].get(name) == value}
+    assert waiting == labelled
+    assert {"DualSparkApiDown", "DualSparkNotGenerating", "DualSparkDoorRefusing"} <= waiting
 
 
 @pytest.mark.parametrize("webhooks", [HOOKS, []], ids=["webhooks", "none"])

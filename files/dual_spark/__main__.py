@@ -10,6 +10,7 @@
     smoke     a runtime image's smoke test on this node: `import vllm`, its result recorded
     door      the front door's side of a planned stop: vLLM drained, stopped, made ready
     planned   a deploy's planned work marked on the head while it stops or restarts serving
+    silence   that planned work as a silence in the head's Alertmanager
     peers     a command on another node over the fabric, or on several at the same time
     image     a runtime image sent to the next node down the chain of ranks
     own       the deploy's own directories: claimed, guarded, a model entry or caches made, secrets sealed
@@ -25,7 +26,7 @@ import sys
 
 PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "watchdog": "watchdog", "metrics": "metrics",
             "stack": "stack", "smoke": "smoke", "door": "door",
-            "planned": "planned", "peers": "peers", "image": "image", "own": "own"}
+            "planned": "planned", "silence": "silence", "peers": "peers", "image": "image", "own": "own"}
 
 
 def main() -> None:

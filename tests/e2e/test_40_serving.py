@@ -3,7 +3,8 @@ a two-node tensor-parallel vLLM on the CPU over the lab's rail; the API on the h
 behind its key; profile switches restart worker then head and change what is served; a new model
 revision is staged while the pair serves, then switched to with one restart; tasks/rollback.py
 returns to the state before it; a change that gives no token (a profile, an image, a revision) is
-rolled back on its own."""
+rolled back on its own. A planned change pages nothing: its silence in the head's Alertmanager
+spans it, and no critical alert fired in the head's Prometheus while it ran."""
 
 import json
 import re
@@ -13,6 +14,7 @@ import sys
 import threading
 import time
 from contextlib import ExitStack
+from datetime import datetime
 
 import pytest
 import requests
@@ -236,6 +238,29 @@ def held_not_failed(change: str, result: subprocess.CompletedProcess, probe: Pro
           f"the long request ({LongStream.TOKENS} tokens) took {stream.ended - stream.started:.1f} s")
 
 
+def on_head(url: str):
+    """A JSON answer from the head's loopback, asked inside the head (Prometheus, Alertmanager)."""
+    ask = "import sys, urllib.request; print(urllib.request.urlopen(sys.argv[1], timeout=10).read().decode())"
+    return json.loads(in_node(HEAD.dir, "python3", "-c", ask, url, capture_output=True).stdout)
+
+
+def paged_nothing(change: str, began: float) -> None:
+    """The planned work of a change that began at ``began`` (this clock, the nodes' too): a silence of
+    the alerts it quiets, made by the deploy and expired at its end; and no critical alert fired in
+    the head's Prometheus (every evaluation since it began)."""
+    settings = load_site(SITE).settings
+    made = [silence for silence in on_head(f"http://127.0.0.1:{settings.alertmanager_port}/api/v2/silences")
+            if silence["createdBy"] == "dual-spark deploy" and datetime.fromisoformat(silence["startsAt"]).timestamp() >= began - 1]
+    assert made, f"{change}: no silence of planned work in the head's Alertmanager"
+    assert {silence["status"]["state"] for silence in made} == {"expired"}, made
+    assert all(silence["matchers"] == [{"name": "planned_work", "value": "quiet", "isRegex": False, "isEqual": True}] for silence in made)
+    window = f"{int(time.time() - began) + 1}s"
+    fired = on_head(f"http://127.0.0.1:{settings.prometheus_port}/api/v1/query?query="
+                    + requests.utils.quote(f'max_over_time(ALERTS{{alertstate="firing", severity="critical"}}[{window}])'))
+    assert fired["status"] == "success" and fired["data"]["result"] == [], f"{change} paged: {fired['data']['result']}"
+    print(f"{change}: {len(made)} silence(s) of planned work, expired at its end; no critical alert fired in {window}")
+
+
 def model_label(node) -> str:
     return in_node(node.dir, "docker", "inspect", "-f", '{{index .Config.Labels "dual-spark.model"}}', "dual-spark-vllm",
                    capture_output=True).stdout.strip()
@@ -265,6 +290,7 @@ def test_a_new_revision_and_profile_are_staged_while_serving_then_switched_worke
             staged = pyinfra("-y", "--data", "profile=fast", task="tasks/runtime.py", site=site)
             switching = time.monotonic()
         OUTPUTS.append(staged.stdout)
+        began = time.time()
         switched, held, stream = change_through_the_door(url, key, "-y", "--data", "profile=fast", task="tasks/serving.py", site=site)
         assert staged.returncode == 0, staged.stdout
         assert f"fetched {hub.repo}: commit {hub.commit}" in staged.stdout and "model replicated: bytes" in staged.stdout
@@ -278,6 +304,7 @@ def test_a_new_revision_and_profile_are_staged_while_serving_then_switched_worke
         assert worker["started"] < head["started"], "the worker must start before the head"
         assert running_at_once(url, key) == 1  # fast: max_num_seqs 1
         held_not_failed("new model revision and profile fast", switched, held, stream)
+        paged_nothing("new model revision and profile fast", began)
         print(f"new model revision: staged in {switching - started:.0f} s serving throughout")
         digest = json.loads((HEAD.root / new.lstrip("/") / ".dual-spark-manifest.json").read_text())["digest"][:12]
         for node in (HEAD, WORKER):
@@ -316,9 +343,11 @@ def test_rollback_returns_to_the_state_before_the_new_revision(api):
     assert re.search(rf"^\s*\+\s+- {re.escape(old)}:/model:ro\s*$", dry.stdout, re.M), dry.stdout
     assert re.search(r"^\s*-\s+--max-num-seqs 1 ", dry.stdout, re.M) and re.search(r"^\s*\+\s+--max-num-seqs 4 ", dry.stdout, re.M)
     assert {node.role: container(node) for node in (HEAD, WORKER)} == before
+    began = time.time()
     result, probe, stream = change_through_the_door(url, key, "-y", task="tasks/rollback.py")
     assert result.returncode == 0, result.stdout
     held_not_failed("tasks/rollback.py", result, probe, stream)
+    paged_nothing("tasks/rollback.py", began)
     assert "will return every node to profile adaptive, image dual-spark/lab-cpu:" in result.stdout and f"model {LAB_MODEL}" in result.stdout
     head, worker = container(HEAD), container(WORKER)
     assert head["profile"] == worker["profile"] == "adaptive" and worker["started"] < head["started"]
