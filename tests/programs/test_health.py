@@ -6,11 +6,12 @@ import subprocess
 import sys
 import threading
 import time
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 
 import pytest
 from dual_spark import health
 
+from tests.net import QuietServer
 from tests.programs import ARCHIVE
 
 KEY = "the-key"
@@ -54,7 +55,7 @@ def api():
             time.sleep(served["hold"])  # a request before the probe's holds the engine this long
             self.reply(200, json.dumps({"usage": {"completion_tokens": 1}}))
 
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server = QuietServer(("127.0.0.1", 0), Handler)
     threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() in 0.05 s, not 0.5
     yield f"http://127.0.0.1:{server.server_address[1]}", served
     server.shutdown()

@@ -11,13 +11,13 @@ import sys
 import threading
 import time
 import urllib.request
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 
 import pytest
 from dual_spark.watchdog import healthy
 
-from tests.net import free_port
+from tests.net import QuietServer, free_port
 from tests.programs import ARCHIVE
 
 # The head, as workers see it: an address no other test connects to, since a worker watchdog counts
@@ -69,7 +69,7 @@ class FakeApi:
                 else:
                     self.reply(500, json.dumps({"error": {"message": "EngineCore encountered an issue"}}))
 
-        self.server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self.server = QuietServer(("127.0.0.1", 0), Handler)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() in 0.05 s, not 0.5
         self.url = f"http://127.0.0.1:{self.server.server_address[1]}"
 
@@ -92,7 +92,7 @@ class FakeHead:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer((HEAD_IP, port), Handler)
+        self.server = QuietServer((HEAD_IP, port), Handler)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() in 0.05 s, not 0.5
 
 
@@ -258,7 +258,7 @@ class FakeWorker:
                 self.end_headers()
                 self.wfile.write(data)
 
-        self.server = ThreadingHTTPServer((address, port), Handler)
+        self.server = QuietServer((address, port), Handler)
         threading.Thread(target=self.server.serve_forever, args=(0.05,), daemon=True).start()  # shutdown() in 0.05 s, not 0.5
 
 
