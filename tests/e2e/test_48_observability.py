@@ -31,6 +31,7 @@ from bench.remote import forward, head_of
 from lab import faults
 from lab.config import HEAD, METRICS_INTERVAL, NODES, WORKER
 from lab.processes import in_node
+from layout import COLLECTOR_STATE, TEXTFILE
 from operations.observability import dashboards, rule_files
 from site_config import load_site
 from tests.e2e.conftest import REPO, SITE, pyinfra, serving_after, site_variant
@@ -152,6 +153,24 @@ def test_the_textfile_reads_the_emulated_gpu_memory_rails_and_state(prometheus, 
     [info] = query(prometheus, 'dual_spark_serving_info{node="spark-head"}')
     assert info["metric"]["profile"] == "adaptive" and info["metric"]["model"] == "/srv/lab-models/tiny-llama"
     assert query(prometheus, "dual_spark_collector_errors") == []
+
+
+def test_the_collector_started_on_a_record_it_never_wrote_sets_it_aside_and_keeps_writing(converged):
+    """The worker's collector restarted on a record of starts that is not its own (a hand, a full
+    disk): it sets the record aside, says so, and goes on writing its textfile; no crash loop."""
+    record, textfile = WORKER.root / COLLECTOR_STATE.lstrip("/"), WORKER.root / TEXTFILE.lstrip("/")
+    aside = record.with_name(f"{record.name}.unusable")
+    aside.unlink(missing_ok=True)
+    in_node(WORKER.dir, "systemctl", "stop", "dual-spark-metrics")
+    record.write_text('{"starts": "seven"}')  # in place: its owner and mode stay
+    restarted = time.time()
+    in_node(WORKER.dir, "systemctl", "start", "dual-spark-metrics")
+    deadline = time.monotonic() + 6 * METRICS_INTERVAL
+    while not (aside.exists() and textfile.stat().st_mtime > restarted + METRICS_INTERVAL):
+        assert time.monotonic() < deadline, f"the collector wrote no textfile past its restart (set aside: {aside.exists()})"
+        time.sleep(1)
+    assert aside.read_text() == '{"starts": "seven"}' and active(WORKER, "dual-spark-metrics") == "active"
+    assert json.loads(record.read_text())["starts"] >= 0  # its own record again
 
 
 def test_status_shows_the_last_five_minutes_and_no_alert(benchmarked):
