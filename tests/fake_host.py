@@ -134,9 +134,44 @@ class Printed(logging.Handler):
         self.lines.append(click.unstyle(record.getMessage()).replace(str(REPO), "<repo>"))
 
 
+AS_DEPLOYED = "as deployed"  # a reading's sha256 of a file the deploy writes: the digest of what it writes there now
+
+
+def deployed(cluster: Cluster, hostname: str) -> dict[str, str]:
+    """The text of each file the deploy writes by rendering, by path, on ``hostname``."""
+    # imported when needed: loading this module loads no operation module (the tests of the readings'
+    # plan load them in an order of their own)
+    from operations.door import door_settings
+    from operations.observability import observability_settings
+    files = dict(observability_settings(cluster, hostname).files)
+    return files | door_settings(cluster).files if cluster.node(hostname).role == "head" else files
+
+
+def as_deployed(facts, files: dict[str, str], path: str | None = None):
+    """``facts`` with every ``{"sha256": AS_DEPLOYED}`` under a path's key made the digest of what
+    the deploy writes there (``files``), so that a reading "as the deploy writes it" stays one
+    when a template changes; a path it does not write fails the test."""
+    if isinstance(facts, list):
+        return [as_deployed(item, files) for item in facts]
+    if not isinstance(facts, dict):
+        return facts
+    if facts.get("sha256") == AS_DEPLOYED:
+        assert path in files, f"{path}: the deploy writes no such file here, so it has no digest {AS_DEPLOYED!r}"
+        return {**facts, "sha256": hashlib.sha256(files[path].encode()).hexdigest()}
+    return {key: as_deployed(value, files, key) for key, value in facts.items()}
+
+
 def load(path: Path) -> dict:
-    """A JSON case with every ``"base"`` in it resolved (tests/test_operations.py says how)."""
-    return resolved(json.loads(path.read_text()), path.parent)
+    """A JSON case with every ``"base"`` in it resolved (tests/test_operations.py says how), and
+    each digest ``AS_DEPLOYED`` in a file's own readings made from what the deploy writes for
+    that file's site and settings (its base's, with its own laid over them): a case that changes
+    a setting finds the base's files as they were."""
+    case = json.loads(path.read_text())
+    if AS_DEPLOYED in json.dumps(case.get("facts", {})):
+        whole = resolved(case, path.parent)
+        cluster = site(whole["site"], whole.get("settings"), whole.get("tables"))
+        case["facts"] = {name: as_deployed(facts, deployed(cluster, name)) for name, facts in case["facts"].items()}
+    return resolved(case, path.parent)
 
 
 def resolved(value, folder: Path):
@@ -230,6 +265,8 @@ def fake_hosts(case: dict, state) -> dict[str, FakeHost]:
     """Every node of the case's site as a host: its inventory data, its facts (``"facts"`` by
     hostname); a node in ``"unreachable"`` does not answer, one in ``"failed"`` failed that step."""
     cluster = site(case["site"], case.get("settings"), case.get("tables"))
+    strangers = set(case.get("facts", {})) - {node.hostname for node in cluster.nodes}
+    assert not strangers, f"readings for {sorted(strangers)}, no node of site {case['site']}"
     hosts = {}
     for name, data in (node for group in inventory_groups(cluster).values() for node in group):
         reachable = name not in case.get("unreachable", [])

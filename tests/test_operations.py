@@ -9,7 +9,8 @@ or with none its no-op description (``"noop"``), or the error it raises (``"exce
   there; ``"args"`` gives only what no site holds (``"role"`` picks one of a task's calls).
 - ``"facts"``: what each node reads, by hostname, fact, then pyinfra's rendering of the fact's
   arguments; ``"unreachable"``: the nodes that do not answer; ``"failed"``: a node's failed step;
-  ``"executing"``: the changes run (not change detection); ``"diff"``: diffs are shown.
+  ``"executing"``: the changes run (not change detection); ``"diff"``: diffs are shown. A reading's
+``"sha256": "as deployed"`` is the digest of what the deploy writes at that path now.
 
 A case need not repeat another: any object in it may name a ``"base"`` (a JSON file, relative to
 the case's folder) and stands for that file with the rest of the object merged in: key by key into
@@ -18,9 +19,11 @@ whatever its arguments); any other value replaces. A name starting with ``_`` is
 folder's ``_<site>.json`` holds the readings most of its cases share, ``_readings/`` a reading
 several share, ``_serving/`` what both serving folders share."""
 
+import hashlib
 import importlib
 import json
 import posixpath
+import re
 import shutil
 from pathlib import Path
 
@@ -28,7 +31,7 @@ import pytest
 from pyinfra.api import FileUploadCommand, OperationError
 
 from operations.upload import UPLOAD_DIR
-from tests.fake_host import command_text, load, operations, run_operation, site
+from tests.fake_host import AS_DEPLOYED, as_deployed, command_text, deployed, load, operations, run_operation, site
 from tests.write_fixtures import write_case
 
 HERE = Path(__file__).parent
@@ -111,3 +114,32 @@ def test_the_writer_puts_back_what_the_code_does_and_nothing_else(tmp_path):
     before = untouched.read_bytes()
     assert write_case(spoiled) and not write_case(untouched)
     assert json.loads(spoiled.read_text()) == {**case, "commands": right} and untouched.read_bytes() == before
+
+
+def test_a_digest_as_deployed_is_the_digest_of_what_the_deploy_writes_there_now():
+    """A reading "as the deploy writes it" stays one when a template changes: its digest is made from
+    the rendering, and one that names a file the deploy does not write fails."""
+    cluster = site("pair")
+    files = deployed(cluster, "spark-head")
+    reading = {"files": {"/etc/prometheus/dual-spark/alerts.yml": {"mode": "644", "sha256": AS_DEPLOYED}}}
+    digest = as_deployed(reading, files)["files"]["/etc/prometheus/dual-spark/alerts.yml"]["sha256"]
+    assert digest == hashlib.sha256(files["/etc/prometheus/dual-spark/alerts.yml"].encode()).hexdigest()
+    assert "/etc/haproxy/dual-spark/haproxy.cfg" in files and "/etc/haproxy/dual-spark/haproxy.cfg" not in deployed(cluster, "spark-worker")
+    with pytest.raises(AssertionError, match="writes no such file"):
+        as_deployed({"/etc/elsewhere": {"sha256": AS_DEPLOYED}}, files)
+
+
+def test_the_readings_of_the_deploys_own_files_say_so_rather_than_copy_a_digest():
+    """No reading holds a literal digest equal to what the deploy writes at that path now: such a
+    reading is AS_DEPLOYED, or it would stop meaning "up to date" at the next template change."""
+    copied = []
+    for path in sorted((HERE / "operations").glob("*/*.json")):
+        own = json.loads(path.read_text())
+        if "site" not in (case := load(path)) or not own.get("facts"):
+            continue
+        cluster = site(case["site"], case.get("settings"), case.get("tables"))
+        for host, facts in own["facts"].items():
+            files = {name: hashlib.sha256(text.encode()).hexdigest() for name, text in deployed(cluster, host).items()}
+            copied += [f"{path.relative_to(HERE)}: {name}" for name, digest in re.findall(r'"(/[^"]+)": \{[^{}]*?"sha256": "([0-9a-f]{64})"',
+                                                                                          json.dumps(facts)) if files.get(name) == digest]
+    assert not copied, copied
