@@ -103,7 +103,10 @@ def argument_text(argument):
     return command_text(argument) if isinstance(argument, StringCommand) else argument
 
 
-def command_text(command) -> str | list:
+def command_text(command, rendered=lambda: {}) -> str | list:
+    """A command as a fixture writes it. An upload of bytes: the programs' archive as built now, a
+    file the deploy renders (``rendered()``: path by text) named by its path, anything else by size
+    and digest; so that a change to a template or a program changes no fixture's upload."""
     if isinstance(command, str):
         return command.strip()
     if isinstance(command, StringCommand):
@@ -113,8 +116,10 @@ def command_text(command) -> str | list:
         if hasattr(source, "read"):
             source.seek(0)
             source = source.read()
-        if source == programs.built():  # the archive as built now: a program's change changes no fixture
+        if source == programs.built():
             source = "<the programs' archive (programs.py)>"
+        elif isinstance(source, bytes) and (path := rendered().get(source.decode(errors="replace"))):
+            source = f"<{path} as deployed>"
         elif isinstance(source, bytes):
             source = f"<{len(source)} bytes, sha256 {hashlib.sha256(source).hexdigest()}>"
         return ["upload", source, command.dest]
@@ -145,6 +150,18 @@ def deployed(cluster: Cluster, hostname: str) -> dict[str, str]:
     from operations.observability import observability_settings
     files = dict(observability_settings(cluster, hostname).files)
     return files | door_settings(cluster).files if cluster.node(hostname).role == "head" else files
+
+
+def rendered(cluster: Cluster, hostname: str) -> dict[str, str]:
+    """``deployed`` the other way round: each file's path by its text (once per site: ``site``
+    gives one cluster object for the same arguments)."""
+    key = (id(cluster), hostname)
+    if key not in _RENDERED:
+        _RENDERED[key] = {text: path for path, text in deployed(cluster, hostname).items()}
+    return _RENDERED[key]
+
+
+_RENDERED: dict[tuple[int, str], dict[str, str]] = {}
 
 
 def as_deployed(facts, files: dict[str, str], path: str | None = None):
@@ -315,7 +332,8 @@ def run_operation(op, case: dict) -> tuple[list, FakeHost]:
         given = case.get("args", {})
         arguments = {**task_arguments(op, given), **given}
         raw = list(op._inner(**arguments))
-        commands = [command_text(command) for command in raw]
+        cluster = site(case["site"], case.get("settings"), case.get("tables"))
+        commands = [command_text(command, lambda: rendered(cluster, case["host"])) for command in raw]
     host = hosts[case["host"]]
     host.printed, host.nodes, host.commands = printed.lines, hosts, raw
     return commands, host
