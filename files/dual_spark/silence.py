@@ -15,6 +15,9 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
+import re
+import stat
 import sys
 import time
 import urllib.request
@@ -29,6 +32,7 @@ from .atomic import write_atomically
 QUIET = ("planned_work", "quiet")
 TIMEOUT = 5  # seconds for each call to Alertmanager: on the head's loopback
 CREATED_BY = "dual-spark deploy"
+SILENCE_ID = re.compile(r"[0-9a-f]{8}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{4}-[0-9a-f]{12}")
 
 
 def held(mark: Path) -> Path:
@@ -65,11 +69,20 @@ def end(mark: Path, alertmanager: str) -> None:
 
 
 def kept(path: Path) -> str | None:
-    try:
-        text = path.read_text().strip()
-    except (OSError, UnicodeDecodeError):
+    """The silence ID held at ``path``: a regular file of this user's, reached through no link, that
+    holds one UUID as Alertmanager makes them; None for anything else (the serving directory is
+    the containers' too: what a file there holds is put in a URL only when it is an ID)."""
+    try:  # O_NONBLOCK: a pipe planted there is passed over, not waited on
+        descriptor = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
         return None
-    return text if text and all(part.isalnum() for part in text.split("-")) else None
+    try:
+        found = os.fstat(descriptor)
+        data = os.read(descriptor, 64) if stat.S_ISREG(found.st_mode) and found.st_uid == os.geteuid() else b""
+    finally:
+        os.close(descriptor)
+    text = data.decode("ascii", errors="replace").strip()
+    return text if SILENCE_ID.fullmatch(text) else None
 
 
 def called(alertmanager: str, method: str, path: str, body: dict | None = None) -> dict | None:

@@ -82,12 +82,22 @@ def test_no_silence_without_a_mark_in_force(tmp_path, alertmanager, mark):
     assert silence.begin(path, alertmanager, now) is None and silences(alertmanager) == []
 
 
-def test_a_held_id_that_is_no_id_is_never_put_in_a_path(tmp_path, alertmanager):
+@pytest.mark.parametrize("text", ["../../-/reload", "0123456789abcdef0123456789abcdef0123456789abcdef0123456789abcdef", ""])
+def test_a_held_id_that_is_no_id_is_never_put_in_a_path(tmp_path, alertmanager, text):
+    """Not a UUID (a path, an API key's hex): passed over, and the file goes."""
     mark = tmp_path / "planned-work"
-    silence.held(mark).write_text("../../-/reload")
+    silence.held(mark).write_text(text)
     assert silence.kept(silence.held(mark)) is None
     silence.end(mark, alertmanager)
     assert not silence.held(mark).exists()
+
+
+def test_a_held_id_reached_through_a_link_is_not_read(tmp_path):
+    """A link planted at the ID's name (to a file of the head's that holds an ID-shaped line) is not followed."""
+    target, mark = tmp_path / "elsewhere", tmp_path / "planned-work"
+    target.write_text("0e9c5d9a-0000-4000-8000-000000000000")
+    silence.held(mark).symlink_to(target)
+    assert silence.kept(target) == "0e9c5d9a-0000-4000-8000-000000000000" and silence.kept(silence.held(mark)) is None
 
 
 def test_an_alertmanager_that_does_not_answer_is_said_and_passed_over(tmp_path, capsys):
