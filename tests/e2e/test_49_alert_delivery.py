@@ -4,7 +4,8 @@ a webhook in the site sends the alerts to it. The webhook is a tiny listener in 
 network namespace (no lab support beyond the package): it receives the heartbeat, a node gone (the
 worker's node exporter stopped) firing, and then its resolution once the exporter runs again. The
 webhook's token is in no output of the run, its diff, its --dry diff of a new token, or the status.
-A vLLM kept down past its expected heal pages: its critical alert is delivered.
+A worker that cannot start keeps vLLM down past its expected heal: it backs off, status names it,
+and the API's critical alert is delivered.
 
 The lab's site scrapes every lab.config.METRICS_INTERVAL seconds (5 s): Alertmanager's waits follow
 it (a group's first notification after two scrapes, its resolution within twenty: 100 s).
@@ -20,9 +21,10 @@ import time
 import pytest
 
 from lab import faults
-from lab.config import HEAD, METRICS_INTERVAL, WORKER
+from lab.config import HEAD, LAB_MODEL, METRICS_INTERVAL, WORKER
 from lab.processes import in_node
-from tests.e2e.conftest import pyinfra, serving_after, site_variant
+from layout import store_entry
+from tests.e2e.conftest import RECOVERED, pyinfra, serving_after, site_variant
 from tests.e2e.test_10_converge import changed_operations
 
 pytestmark = pytest.mark.end_to_end
@@ -33,8 +35,9 @@ RECEIVED = "/var/tmp/dual-spark-webhook.jsonl"
 TOKEN = f"lab-{secrets.token_hex(8)}"
 WEBHOOK = f"http://127.0.0.1:{PORT}/hook/{TOKEN}?token={TOKEN}"
 CONFIG = "etc/prometheus/dual-spark/alertmanager.yml"
+MODEL_CONFIG = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL}) + "/config.json"  # the served model's
 # The site's margin for a heal beyond 1.5 times the last start (120 s by default): short here, so that a
-# vLLM kept down pages within a minute (only the rules change: no restart).
+# vLLM kept down pages soon after its heal was due (only the rules change: no restart).
 HEAL_MARGIN = 1
 # The listener: each POST's JSON body, and its path, appended to RECEIVED; it ends on its own after
 # an hour, and writes its PID beside RECEIVED for the fixture to end it sooner.
@@ -149,24 +152,46 @@ def test_a_node_gone_is_delivered_firing(node_gone):
     assert node_gone["commonLabels"]["severity"] == "critical"
 
 
-def test_a_vllm_kept_down_past_its_expected_heal_pages(node_gone):
-    """The worker's vLLM killed, and killed again each time its watchdog starts it: the API's alert
-    warns within the heal's expected time (1.5 times the last start, plus HEAL_MARGIN), and pages
-    (critical, delivered) past it; left alone, the pair serves again."""
+def test_a_worker_that_cannot_start_backs_off_is_named_and_pages_past_its_expected_heal(node_gone, webhook):
+    """A worker that cannot start (its model's config.json gone), the pair kept down: the worker
+    waits longer before each start; status fails its rows with the reason from its log; the API's
+    alert warns within the heal's expected time (1.5 times the last start, plus HEAL_MARGIN) and
+    pages (critical, delivered) past it; put right, the pair serves again."""
     def paged():
         return [alert for body in received() for alert in body["alerts"] if alert["labels"]["alertname"] == "DualSparkApiDown"
                 and alert["labels"]["severity"] == "critical" and alert["status"] == "firing"]
 
-    assert faults.kill(WORKER, "vllm serve")
-    started, deadline = time.monotonic(), time.monotonic() + 300
-    while not paged():
-        assert time.monotonic() < deadline, f"DualSparkApiDown did not page in five minutes of the pair down: {received()}"
-        time.sleep(2)
-        faults.kill(WORKER, "vllm serve")
-    [page, *_] = paged()
+    in_node(WORKER.dir, "mv", MODEL_CONFIG, MODEL_CONFIG + ".aside")
+    try:
+        assert faults.kill(WORKER, "vllm serve")
+        started = time.monotonic()
+        waited("the worker's second failed start", lambda: starts(WORKER).get("failed_starts", 0) >= 2, 300)
+        restarts = restart_count(WORKER)
+        time.sleep(15)
+        assert restart_count(WORKER) - restarts <= 1, "the worker restarts without waiting"
+        result = pyinfra("-y", task="tasks/status.py", site=webhook)
+        assert result.returncode != 0
+        assert re.search(r"spark-worker\s+watchdog\s+FAIL\s+this side failed to come up [2-9] time\(s\) in a row", result.stdout), result.stdout
+        assert re.search(r"\|\s.*'config\.json'", result.stdout), result.stdout  # vLLM's reason, from the worker's log
+        [page, *_] = waited("DualSparkApiDown paging", paged, 300 - (time.monotonic() - started))
+        down = time.monotonic() - started
+    finally:
+        in_node(WORKER.dir, "mv", MODEL_CONFIG + ".aside", MODEL_CONFIG)
     assert page["labels"]["node"] == "spark-head" and "longer than 1.5 times its last start plus 1 s" in page["annotations"]["description"]
-    print(f"DualSparkApiDown paged {time.monotonic() - started:.0f} s after the worker's vLLM was first killed; "
-          f"the pair serves again {serving_after(600):.0f} s later")
+    RECOVERED["worker crash loop, put right"] = round(serving_after(900), 1)
+    print(f"DualSparkApiDown paged {down:.0f} s after the worker's vLLM was killed and could not start; "
+          f"put right, the pair served again {RECOVERED['worker crash loop, put right']:.0f} s later")
+
+
+def starts(node) -> dict:
+    try:
+        return json.loads((node.root / f"var/lib/dual-spark/serving/{node.role}-starts").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def restart_count(node) -> int:
+    return int(in_node(node.dir, "docker", "inspect", "-f", "{{.RestartCount}}", "dual-spark-vllm", capture_output=True).stdout)
 
 
 def test_status_names_the_webhooks_host_and_not_its_token(delivering, webhook):

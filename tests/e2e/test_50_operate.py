@@ -18,13 +18,12 @@ import pytest
 import requests
 
 from lab import faults
-from lab.config import HEAD, LAB_MODEL, WORKER
+from lab.config import HEAD, WORKER
 from lab.processes import in_node
-from layout import HEALTH_INTERVAL, store_entry
+from layout import HEALTH_INTERVAL
 from tests.e2e.conftest import DOOR_URL, FOUND, RECOVERED, generates, healed_after, pyinfra, reboot
 
 pytestmark = pytest.mark.end_to_end
-MODEL_CONFIG = store_entry("/var/lib/dual-spark/model", {"path": LAB_MODEL}) + "/config.json"  # the served model's
 
 
 def status() -> subprocess.CompletedProcess:
@@ -169,40 +168,3 @@ def found_after(fault: float) -> float | None:
             if stamp > fault:
                 return stamp - fault
     return None
-
-
-def test_a_crash_looping_worker_backs_off_and_status_names_it(converged):
-    """A worker that cannot start (its model's config.json gone) waits longer before each start;
-    status fails its rows with the reason from its log; put right, the pair serves again."""
-    in_node(WORKER.dir, "mv", MODEL_CONFIG, MODEL_CONFIG + ".aside")
-    try:
-        faults.kill(WORKER, "vllm serve")
-        deadline = time.monotonic() + 300
-        while starts(WORKER).get("failed_starts", 0) < 2:
-            assert time.monotonic() < deadline, f"the worker never failed twice: {starts(WORKER)}"
-            time.sleep(3)
-        restarts = restart_count(WORKER)
-        time.sleep(15)
-        assert restart_count(WORKER) - restarts <= 1, "the worker restarts without waiting"
-        result = status()
-        assert result.returncode != 0
-        assert re.search(r"spark-worker\s+watchdog\s+FAIL\s+this side failed to come up [2-9] time\(s\) in a row", result.stdout), result.stdout
-        assert re.search(r"\|\s.*'config\.json'", result.stdout), result.stdout  # vLLM's reason, from the worker's log
-    finally:
-        in_node(WORKER.dir, "mv", MODEL_CONFIG + ".aside", MODEL_CONFIG)
-    started = time.monotonic()
-    while not generates():
-        assert time.monotonic() - started < 900, "the pair does not serve again once the worker can start"
-        time.sleep(2)
-    RECOVERED["worker crash loop, put right"] = round(time.monotonic() - started, 1)
-
-
-def starts(node) -> dict:
-    try:
-        return json.loads((node.root / f"var/lib/dual-spark/serving/{node.role}-starts").read_text())
-    except (OSError, ValueError):
-        return {}
-
-
-def restart_count(node) -> int:
-    return int(in_node(node.dir, "docker", "inspect", "-f", "{{.RestartCount}}", "dual-spark-vllm", capture_output=True).stdout)
