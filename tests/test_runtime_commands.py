@@ -4,7 +4,6 @@ for the programs that need a node (docker, chown) and the real helpers for the r
 import json
 import os
 import pwd
-import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -263,7 +262,6 @@ def test_a_source_larger_than_a_nodes_room_is_refused_before_a_byte_moves(tmp_pa
     assert result.returncode == 0, result.stderr  # it has 2 bytes of it already: the 7 it lacks fit in 8
 
 
-@pytest.mark.skipif(shutil.which("rsync") is None, reason="rsync is not installed here (the deploy installs it on the nodes)")
 def test_copying_into_the_claimed_directory_keeps_its_marker(tmp_path):
     model_dir = claimed_dir(tmp_path / "model")
     result, _ = on_the_head(copying(tmp_path, model_dir), tmp_path, tmp_path, "chown")

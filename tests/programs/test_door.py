@@ -8,7 +8,6 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
-import shutil
 import subprocess
 import sys
 import threading
@@ -26,8 +25,6 @@ from tests.net import free_port
 from tests.observability import promtool
 from tests.programs import ARCHIVE
 from tests.programs.door import counts, counts_text, door_program, of_client, per_client, running_door, write_keys
-
-pytestmark = pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (scripts/setup.sh installs it)")
 
 BACKEND = """
 import hashlib, http.server, json, os, sys, time

@@ -7,7 +7,6 @@ counted as such."""
 from __future__ import annotations
 
 import json
-import shutil
 
 import pytest
 import requests
@@ -16,8 +15,7 @@ from tests.net import free_port
 from tests.programs.door import of_client, per_client, running_door
 from tests.serving.conftest import API_KEY
 
-pytestmark = [pytest.mark.end_to_end,  # a real vLLM, set up by scripts/test as root
-              pytest.mark.skipif(shutil.which("haproxy") is None, reason="HAProxy is not installed (scripts/setup.sh installs it)")]
+pytestmark = pytest.mark.end_to_end  # a real vLLM and HAProxy, each set up by scripts/test as root
 
 KEYS = {"laptop": "l" * 43, "phone": "p" * 43}
 ASK = "Say something about the sea."
