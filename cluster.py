@@ -6,7 +6,7 @@ and its image resolved. Nothing here reads a file or a host."""
 from __future__ import annotations
 
 import ipaddress
-from dataclasses import dataclass, make_dataclass
+from dataclasses import dataclass, field, make_dataclass
 from pathlib import Path
 
 from site_schema import SETTINGS
@@ -116,6 +116,18 @@ class Profile:
 
 
 @dataclass(frozen=True)
+class Canary:
+    """A canary (group_data/serving.toml's, or the site's [canary.NAME]): a prompt completed
+    greedily after every change, its answer checked (files/dual_spark/canary.py)."""
+
+    prompt: str
+    max_tokens: int | None = None
+    long: bool = False  # its length is canary_long_tokens
+    ignore_eos: bool = False
+    checks: tuple[str, ...] = ("answer", "text", "loop", "greedy")
+
+
+@dataclass(frozen=True)
 class Cluster:
     """``nodes`` in rank order (the head first); the effective ``settings``; what is served: the
     ``model``, the ``images`` and the ``profiles`` by name; the ``clients`` the site names."""
@@ -131,6 +143,7 @@ class Cluster:
     images: dict[str, Image]
     profiles: dict[str, Profile]
     clients: tuple[str, ...] = ()  # [client.NAME]: each has a key of its own at the front door
+    canaries: dict[str, Canary] = field(default_factory=dict)
 
     @property
     def head(self) -> Node:

@@ -32,6 +32,9 @@ RUN_DIR = "/run/dual-spark"  # staging, gone at a reboot
 RECORDS = ("served", "rollback")
 STACK_FILES = ("compose.yaml", "launch.sh")  # in stack_dir: a node's stack
 RECORD_STATE = "state.json"
+# In stack_dir on the head: the last canary run's answers and results (files/dual_spark/canary.py),
+# kept in served/ with the state they passed on.
+CANARY_ANSWERS = "canary.json"
 # In paths()["serving"] on the head: the mark of a deploy's planned work (files/dual_spark/planned.py),
 # there while a run stops and starts serving; the collector exports it, the alerts wait for it.
 PLANNED_WORK = "planned-work"

@@ -15,7 +15,7 @@ from pathlib import Path
 import layout
 
 PACKAGE = Path(__file__).resolve().parent / "files/dual_spark"
-SHARED = ("MANAGED_MARKER", "OWN_FILES", "SSH_OPTIONS", "FABRIC_CIPHER", "RECORD_STATE", "STOP_TIMEOUT")  # what the programs take from layout
+SHARED = ("MANAGED_MARKER", "OWN_FILES", "SSH_OPTIONS", "FABRIC_CIPHER", "RECORD_STATE", "CANARY_ANSWERS", "STOP_TIMEOUT")  # what the programs take from layout
 ENTRY = "from dual_spark.__main__ import main\n\nmain()\n"
 SHEBANG = b"#!/usr/bin/env python3\n"
 STAMP = (1980, 1, 1, 0, 0, 0)

@@ -1,5 +1,5 @@
-"""What is served, as data: the model, the runtime images and the profiles of
-group_data/serving.toml, with the site file's [model], [image.NAME] and [profile.NAME] tables
+"""What is served, as data: the model, the runtime images, the profiles and the canaries of
+group_data/serving.toml, with the site file's [model], [image.NAME], [profile.NAME] and [canary.NAME] tables
 laid over them, validated (each problem naming the field, the value and the fix), and each image
 given the local tag both nodes know it by."""
 
@@ -21,7 +21,7 @@ def defaults() -> dict:
 
 
 def merge(raw: dict, check: Checker, error) -> dict:
-    """{"model": {...}, "images": {name: {..., "tag"}}, "profiles": {name: {...}}} from the
+    """{"model": {...}, "images": {name: {..., "tag"}}, "profiles": {name: {...}}, "canaries": {name: {...}}} from the
     defaults and a site file's tables (already of the right shape), each key checked by
     ``check`` against site_schema's tables; ``error(field, seen, fix)`` records the rest."""
     base = defaults()
@@ -45,12 +45,20 @@ def merge(raw: dict, check: Checker, error) -> dict:
             error(f"profile.{name}.base", spec["base"], f"start from one of the profiles: {', '.join(sorted(profiles))}")
         start = dict(profiles.get(spec.get("base", name), {}))
         profiles[name] = {**start, **{k: v for k, v in spec.items() if k != "base"}}
+    canaries = {name: dict(spec) for name, spec in base["canary"].items()}
+    for name, spec in raw.get("canary", {}).items():
+        spec = check.table(f"canary.{name}", spec, schema.CANARY, f"[canary.{name}]", required=False)
+        if "max_tokens" in spec or spec.get("long"):
+            canaries.get(name, {}).pop("max_tokens", None), canaries.get(name, {}).pop("long", None)
+        canaries.setdefault(name, {}).update(spec)
     _model(model, error)
+    for name, spec in canaries.items():
+        _canary(name, spec, error)
     for name, spec in images.items():
         _image(name, spec, error)
     for name, spec in profiles.items():
         _profile(name, spec, images, error)
-    return {"model": model, "images": images, "profiles": profiles}
+    return {"model": model, "images": images, "profiles": profiles, "canaries": canaries}
 
 
 def _model(model: dict, error) -> None:
@@ -63,6 +71,18 @@ def _model(model: dict, error) -> None:
     for key in ("served_name", "tokenizer_mode"):
         if key not in model:
             error(f"model.{key}", None, "set it (see group_data/serving.toml)")
+
+
+def _canary(name: str, spec: dict, error) -> None:
+    where = f"canary.{name}"
+    if not schema.NAME.fullmatch(name):
+        error(where, name, "name canaries with lower-case letters, digits, '-' and '_'")
+    if "prompt" not in spec:
+        error(f"{where}.prompt", None, "write the prompt the canary completes")
+    if ("max_tokens" in spec) == bool(spec.get("long")):
+        error(where, sorted(spec), "give its length one way: max_tokens, or long = true (canary_long_tokens)")
+    if "checks" in spec:
+        spec["checks"] = tuple(spec["checks"])
 
 
 def _image(name: str, spec: dict, error) -> None:

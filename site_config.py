@@ -17,7 +17,7 @@ from urllib.parse import urlsplit
 import layout
 import serving_data
 import site_schema as schema
-from cluster import Cluster, Image, Model, Node, Profile, Rail, Settings, parallel
+from cluster import Canary, Cluster, Image, Model, Node, Profile, Rail, Settings, parallel
 
 REPO = Path(__file__).resolve().parent
 SITE_ENV = "DUAL_SPARK_SITE"
@@ -26,7 +26,7 @@ MAX_NODES = 64
 MAX_RAILS = 4
 # The keys each table of the site file may hold, for the nearest-key suggestion of a typo.
 SCHEMA = {
-    "": {"ssh", "node", "settings", "model", "image", "profile", "client"},
+    "": {"ssh", "node", "settings", "model", "image", "profile", "client", "canary"},
     "ssh": set(schema.SSH),
     "node": set(schema.NODE),
     "rail": set(schema.RAIL),
@@ -35,9 +35,11 @@ SCHEMA = {
     "image": set(schema.IMAGE),
     "profile": set(schema.PROFILE),
     "client": set(),
+    "canary": set(schema.CANARY),
 }
 TABLE_NAMES = {"": "the site file", "ssh": "[ssh]", "node": "[[node]]", "rail": "[[node.rail]]", "settings": "[settings]",
-               "model": "[model]", "image": "[image.NAME]", "profile": "[profile.NAME]", "client": "[client.NAME]"}
+               "model": "[model]", "image": "[image.NAME]", "profile": "[profile.NAME]", "client": "[client.NAME]",
+               "canary": "[canary.NAME]"}
 # pyinfra's own arguments a `--data` may give: those that cannot weaken what the deploy checks.
 PYINFRA_ARGUMENTS = {"_sudo_password"}
 MAX_DEPTH = 8  # tables and lists inside each other: the deepest the schema has is 4
@@ -51,11 +53,13 @@ SHAPES = {
     "image": "declare each image as an [image.NAME] table",
     "profile": "declare profiles as [profile.NAME] tables; to choose the served one, set profile = \"NAME\" under [settings]",
     "client": "declare each client as an empty [client.NAME] table: the front door gives it a key of its own",
+    "canary": "declare each canary as a [canary.NAME] table: prompt, and max_tokens or long = true",
 }
 # What state_dir holds besides a model_dir inside it: the first name of each of layout.paths under it.
 STATE_ENTRIES = {path.split("/")[2] for path in layout.paths("/state", "/model").values() if path.startswith("/state/")}
 # What stack_dir holds: the stack's files, their previous versions, the records and the marker.
-STACK_ENTRIES = {*layout.STACK_FILES, *(f"{name}.previous" for name in layout.STACK_FILES), *layout.RECORDS, layout.MANAGED_MARKER}
+STACK_ENTRIES = {*layout.STACK_FILES, *(f"{name}.previous" for name in layout.STACK_FILES), *layout.RECORDS, layout.MANAGED_MARKER,
+                 layout.CANARY_ANSWERS}
 
 
 class SiteError(Exception):
@@ -220,7 +224,8 @@ class _Validator:
         return Cluster(self.path, ssh["user"], ssh.get("key"), ssh.get("port", 22), ssh.get("known_hosts"), tuple(nodes),
                        Settings(**effective), Model(**serving["model"]),
                        {name: Image(**spec) for name, spec in serving["images"].items()},
-                       {name: Profile(**spec) for name, spec in serving["profiles"].items()}, clients)
+                       {name: Profile(**spec) for name, spec in serving["profiles"].items()}, clients,
+                       {name: Canary(**spec) for name, spec in serving["canaries"].items()})
 
     def _clients(self, tables: dict) -> tuple[str, ...]:
         """The clients' names, each a [client.NAME] table with nothing in it (yet)."""
@@ -247,7 +252,7 @@ class _Validator:
                 self.error(name, value, fix)
                 value = wanted()
             tables[name] = value
-        for name in ("image", "profile", "client"):
+        for name in ("image", "profile", "client", "canary"):
             for entry, spec in list(tables[name].items()):
                 if not isinstance(spec, dict):
                     self.error(f"{name}.{entry}", spec, SHAPES[name])

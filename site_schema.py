@@ -673,6 +673,16 @@ PROFILE = {
     "env": env_table("a profile's env"),
 }
 
+CANARY_CHECKS = ("answer", "text", "loop", "greedy")  # files/dual_spark/canary.py's CHECKS
+CANARY = {
+    "prompt": text(lambda v: None if v.strip() else "write the prompt the canary completes", required=True),
+    "max_tokens": Key(int, "use a whole number", between(1, 1_048_576, "use 1 to 1048576 tokens")),
+    "long": Key(bool, "use true (its length is canary_long_tokens) or leave it out"),
+    "ignore_eos": Key(bool, "use true (generate max_tokens whatever the model says) or false"),
+    "checks": Key(list, "list what its answer is checked for", lambda v: None if v else "list at least one check",
+                  item=text(one_of(*CANARY_CHECKS))),
+}
+
 # Every site setting, declared once: its default, its rule (a Key: kind, bounds, the fix) and what
 # it is. A site overrides a default under [settings], one run with `pyinfra ... --data key=value`;
 # cluster.Settings and the table in docs/settings.md are built from this. What is served (model,
@@ -708,8 +718,15 @@ SETTINGS = {
     "vllm_extra_args": setting([], Key(list, "use a list of strings", item=text(vllm_argument)), "more `vllm serve` flags, on every node"),
     "serving_ready_timeout": setting(1800, positive(86_400, "use 1 to 86400 seconds"),
                                      "seconds the deploy waits for the first generated token (and the door holds a request)"),
-    "rollback_on_failure": setting(True, flag(), "no first token after a change: every node returns to the state that served; "
-                                                 "false: left as it is, for debugging"),
+    "rollback_on_failure": setting(True, flag(), "no first token after a change, or a canary failed: every node returns to the "
+                                                 "state that served; false: left as it is, for debugging"),
+    "canaries": setting(True, flag(), "after a change serves, its answers are checked by the canary set ([canary.NAME]) before it "
+                                      "is kept (docs/serving.md); false: a first token keeps it"),
+    "canary_long_tokens": setting(4096, positive(1_048_576, "use 1 to 1048576 tokens"),
+                                  "the length of each canary with long = true (corruption was reported after thousands of tokens)"),
+    "canary_agree_tokens": setting(64, Key(int, "use a whole number", between(0, 1_048_576, "use 0 to 1048576 tokens")),
+                                   "how many first tokens of each greedy canary must equal the state before's on the same weights "
+                                   "(beyond them: numerical drift; not measured on Sparks)"),
     "serving_env": setting({"NCCL_NET": "IB", "NCCL_IB_DISABLE": "0", "NCCL_CROSS_NIC": "1", "NCCL_NVLS_ENABLE": "0",
                             "VLLM_DSPARK_GPU_REJECTED_CONTEXT_MASK": "1", "VLLM_USE_BREAKABLE_CUDAGRAPH": "0", "VLLM_USE_B12X_MOE": "1",
                             "VLLM_USE_B12X_WO_PROJECTION": "1", "TORCH_CUDA_ARCH_LIST": "12.1a", "HF_HUB_OFFLINE": "1"},

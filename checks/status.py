@@ -34,6 +34,7 @@ def status_checks(name: str, cluster: Cluster, readings: dict[str, dict | None],
         checks += api_rows(name, mine, workers, cluster.profiles[mine_profile(mine, cluster)])
         checks.append(door_row(name, cluster, mine["door"]))
         checks += record_rows(name, mine)
+        checks.append(canary_row(name, cluster, mine["records"]["served"]))
         if mine.get("prometheus") is not None:
             checks += prometheus_rows(name, mine["prometheus"])
             checks.append(delivery_row(name, cluster))
@@ -234,6 +235,18 @@ def record_rows(name: str, head: dict) -> list[Check]:
     return [Check(name, "serving state", WARN, f"the head runs stack {running or 'none'}, not the one recorded as serving",
                   "a change is under way, or one failed and was left in place: the rollback state row says where tasks/rollback.py returns"),
             Check(name, "rollback state", PASS, f"{described(served)}: {rollback}")]
+
+
+def canary_row(name: str, cluster: Cluster, served: dict | None) -> Check:
+    """What the canaries said of the state that serves, as recorded with it (files/dual_spark/stack.py)."""
+    if not cluster.settings.canaries or not cluster.canaries:
+        return Check(name, "canaries", PASS, "none run: a change is kept once it serves a token (canaries = false, or no [canary.NAME])")
+    found = (served or {}).get("canaries")
+    if not (isinstance(found, dict) and isinstance(found.get("passed"), list) and found["passed"]):
+        return Check(name, "canaries", WARN, "none recorded with the state that serves",
+                     "it served before the deploy ran canaries, or was recorded without them: the next change runs them")
+    passed = ", ".join(str(canary) for canary in found["passed"])
+    return Check(name, "canaries", PASS, f"{len(found['passed'])} passed on this state ({passed}) at {found.get('when')}")
 
 
 def failing_side(head: dict, workers: dict[str, dict | None]) -> str:

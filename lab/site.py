@@ -8,7 +8,8 @@ and no InfiniBand devices for the containers, the memlock and open-files ceiling
 allows, the CPU vLLM environment mounted into the containers, the tiny model already on the
 head's disk, a runtime image built from the lab's Debian root file system, and CPU values for
 each published profile (same names, same number of sequences, the tiny model's 65,536-token
-window: room for Claude Code's 32,000 output tokens on top of its prompt). The tiny model is
+window: room for Claude Code's 32,000 output tokens on top of its prompt), and canaries of its
+length and checks. The tiny model is
 served with vLLM's `hermes` tool-call parser, so the agents' requests with tools are taken.
 A second image, lab-cpu-older, reads as a vLLM without dynamic speculation (lab/older_vllm.py);
 no profile uses it, so no deploy builds it until a profile names it."""
@@ -33,6 +34,9 @@ from lab.config import (
 from site_schema import toml_value
 
 PROFILES = ("adaptive", "fast", "long-c4")
+# group_data/serving.toml's canaries, at the lab's lengths (a CPU pair decodes about 25 tokens a second)
+CANARIES = {"code": {"max_tokens": 24}, "fabric": {"max_tokens": 16}, "long": {"ignore_eos": True}}
+LAB_CANARY_TOKENS = 96
 LAB_WINDOW = 65536  # the tiny model's position limit; its KV cache is 2 KiB a token
 
 
@@ -78,12 +82,21 @@ def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = 
         # tests' load, so the latency objectives are the lab's, as a site sets them from its own.
         "slo_ttft_seconds": 80.0,
         "slo_itl_seconds": 10.0,
+        # The canaries at the lab's speed, every token of each compared (float32 on the CPU: no
+        # drift between profiles to tolerate).
+        "canary_long_tokens": LAB_CANARY_TOKENS,
+        "canary_agree_tokens": LAB_CANARY_TOKENS,
     })
     lines += table("model", {"path": LAB_MODEL, "served_name": "tiny", "tokenizer_mode": "auto",
                              "tool_call_parser": "hermes", "reasoning_parser": ""})
     for name, context in (("lab-cpu", runtime_context), ("lab-cpu-older", older_context)):
         if context is not None:
             lines += table(f"image.{name}", {"build": str(context), "kv_cache_dtypes": ["auto"], "python": "python3", "vllm": "vllm"})
+    # A random model's byte tokens decode to broken UTF-8: its canaries skip the text check (a
+    # Spark's model is checked for it; tests/programs/test_canary.py shows the check); the long one
+    # runs its whole length, past the end token a random model may give.
+    for name, values in CANARIES.items():
+        lines += table(f"canary.{name}", {**values, "checks": ["answer", "loop", "greedy"]})
     for name in PROFILES:
         lines += table(f"profile.{name}", {"image": "lab-cpu", "kv_cache_dtype": "auto", "max_model_len": LAB_WINDOW,
                                            "gpu_memory_utilization": 0.2, "speculative_tokens": 3, "flashinfer_autotune": False,

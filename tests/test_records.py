@@ -96,6 +96,32 @@ def test_restore_installs_a_record_keeps_what_it_replaces_and_starts_it_owing_no
     assert calls[-1] == f"compose --project-directory {stack_dir} -f {stack_dir}/compose.yaml up -d --force-recreate --remove-orphans --timeout 3"
 
 
+@pytest.mark.parametrize("answers, kept", [
+    ({"cluster": "THIS", "failed": {}}, True),
+    ({"cluster": "another state", "failed": {}}, False),
+    ({"cluster": "THIS", "failed": {"long": ["differs at token 80"]}}, False),
+    (None, False),
+    ("a link", False),
+], ids=["passed on this state", "ran on another state", "failed", "none ran", "a link"])
+def test_the_canaries_answers_are_kept_with_the_state_they_passed_on_alone(node, answers, kept):
+    settings, tmp_path = node
+    stack_dir = Path(settings.site.stack_dir)
+    state = values(settings, "aaaa")
+    if answers == "a link":
+        (tmp_path / "theirs.json").write_text(json.dumps({"cluster": state["cluster"], "failed": {}, "when": "now", "answers": {"x": {}}}))
+        (stack_dir / "canary.json").symlink_to(tmp_path / "theirs.json")
+    elif answers is not None:
+        text = json.dumps({**answers, "cluster": state["cluster"] if answers["cluster"] == "THIS" else answers["cluster"],
+                           "when": "2026-12-04T20:00:00Z", "answers": {"long": {"tokens": [1, 2, 3], "max_tokens": 3}}})
+        (stack_dir / "canary.json").write_text(text)
+    assert run(record(settings, state), tmp_path).returncode == 0
+    served = json.loads((stack_dir / "served/state.json").read_text())
+    assert (stack_dir / "served/canary.json").exists() == kept
+    assert served.get("canaries") == ({"passed": ["long"], "when": "2026-12-04T20:00:00Z"} if kept else None)
+    if kept:
+        assert json.loads((stack_dir / "served/canary.json").read_text())["answers"]["long"]["tokens"] == [1, 2, 3]
+
+
 def test_restore_without_the_record_changes_nothing(node):
     settings, tmp_path = node
     done = run(restore(settings, "rollback"), tmp_path)

@@ -225,12 +225,32 @@ USER_MISTAKES = [
     (with_("settings.prometheus_retention_days", "15d"), "settings.prometheus_retention_days"),
     (with_("settings.metrics_interval_seconds", 1), "settings.metrics_interval_seconds"),
     (with_("settings.observability", "yes"), "settings.observability"),
+    (with_("canary.mine", {"max_tokens": 8}), "canary.mine.prompt"),
+    (with_("canary.mine", {"prompt": "p"}), "canary.mine"),
+    (with_("canary.mine", {"prompt": "p", "max_tokens": 8, "long": True}), "canary.mine"),
+    (with_("canary.mine", {"prompt": "p", "max_tokens": 0}), "canary.mine.max_tokens"),
+    (with_("canary.mine", {"prompt": "  ", "max_tokens": 8}), "canary.mine.prompt"),
+    (with_("canary.mine", {"prompt": "p", "max_tokens": 8, "checks": ["grammar"]}), "canary.mine.checks[0]"),
+    (with_("canary.mine", {"prompt": "p", "max_tokens": 8, "checks": []}), "canary.mine.checks"),
+    (with_("canary.Mine", {"prompt": "p", "max_tokens": 8}), "canary.Mine"),
+    (with_("canary.long.max_tokens", "4k"), "canary.long.max_tokens"),
+    (with_("canary", "p"), "canary"),
+    (with_("settings.canary_long_tokens", 0), "settings.canary_long_tokens"),
+    (with_("settings.canary_agree_tokens", -1), "settings.canary_agree_tokens"),
 ]
 
 
 @pytest.mark.parametrize("document, field", USER_MISTAKES, ids=[m[1] + f"#{i}" for i, m in enumerate(USER_MISTAKES)])
 def test_a_user_mistake_is_refused_naming_the_field(document, field):
     assert f"- {field} = " in refused(document)
+
+
+def test_a_sites_canary_is_added_and_one_of_the_sets_changed_in_its_length():
+    """The control case of the canaries' mistakes: a canary added, and the long one given a length."""
+    site = load(with_("canary.mine", {"prompt": "p", "max_tokens": 8, "checks": ["answer"]}, with_("canary.long", {"max_tokens": 100})))
+    assert site.canaries["mine"].max_tokens == 8 and site.canaries["mine"].checks == ("answer",)
+    assert (site.canaries["long"].max_tokens, site.canaries["long"].long) == (100, False)
+    assert sorted(site.canaries) == ["code", "fabric", "long", "mine"]
 
 
 def test_a_schedule_to_max_num_seqs_within_speculative_tokens_is_taken():

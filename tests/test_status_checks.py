@@ -3,6 +3,8 @@ the uptime and acceptance rows say, and that a failing side brings its log lines
 
 from datetime import datetime, timedelta
 
+import pytest
+
 from checks import FAIL, PASS, WARN
 from checks.status import status_checks, uptime
 from checks.table import render
@@ -21,7 +23,8 @@ def cluster(size: int):
 SESSION = "9f2c41d0" + "0" * 24
 MODEL = {"repo": "org/model", "revision": "ab" * 20}
 SERVED = {"cluster": "c1", "stack": "9d2e", "profile": "adaptive", "image": "dual-spark/x:1", "image_id": "sha256:" + "5e" * 32,
-          "model": MODEL, "model_digest": "e8" * 6, "since": "2026-11-29T20:03:40Z"}
+          "model": MODEL, "model_digest": "e8" * 6, "since": "2026-11-29T20:03:40Z",
+          "canaries": {"passed": ["code", "fabric", "long"], "when": "2026-11-29T20:05:12Z"}}
 BEFORE = {**SERVED, "cluster": "c0", "stack": "77aa", "profile": "fast", "since": "2026-11-28T10:00:00Z"}
 DOOR = {"ok": True, "status": "no check", "health": "UP", "in_flight": 1, "requests": 212, "retried": 3, "connection_errors": 0, "response_errors": 0}
 LOG = ["RuntimeError: NCCL error: unhandled system error", "Engine core initialization failed."]
@@ -58,6 +61,16 @@ def rows(head: dict, *workers: dict | None) -> dict:
     return {(c.node, c.item): c for c in checks}
 
 
+@pytest.mark.parametrize("served, status, detail", [
+    ({k: v for k, v in SERVED.items() if k != "canaries"}, WARN, "none recorded with the state that serves"),
+    ({**SERVED, "canaries": {"passed": [], "when": "x"}}, WARN, "none recorded with the state that serves"),
+    ({**SERVED, "canaries": "all"}, WARN, "none recorded with the state that serves"),
+], ids=["recorded without them", "none passed", "not a record"])
+def test_a_state_recorded_without_passing_canaries_is_a_warning(served, status, detail):
+    found = rows(reading("head", records={"served": served, "rollback": BEFORE}), reading("worker"))["spark-head", "canaries"]
+    assert (found.status, found.detail) == (status, detail)
+
+
 def test_a_serving_pair_passes_with_uptime_acceptance_and_load():
     found = rows(reading("head"), reading("worker"))
     assert all(check.status == PASS for check in found.values()), render(list(found.values()))
@@ -68,6 +81,7 @@ def test_a_serving_pair_passes_with_uptime_acceptance_and_load():
     assert "mean acceptance length 2.88" in found["spark-head", "speculative decoding"].detail
     assert found["spark-head", "API"].detail == "generates tokens as tiny, max model len 512, 1 running / 0 waiting"
     assert found["spark-worker", "watchdog"].detail == "joined the head's session 9f2c41d0"
+    assert found["spark-head", "canaries"].detail == "3 passed on this state (code, fabric, long) at 2026-11-29T20:05:12Z"
     assert ("spark-worker", "API") not in found
     assert found["spark-worker", "rail 1 enP2p1s0f0np0 link"].status == PASS
 

@@ -4,9 +4,10 @@ every node):
     stack record --stack-dir DIR --cluster ID --stack HASH --profile NAME --image TAG
                  (--model-repo REPO --model-revision COMMIT | --model-path PATH) --model-digest HEX
         Record DIR's stack files as the state that serves: copied into DIR/served/ with
-        state.json (what the arguments say, with the image's ID and the time added); the
+        state.json (what the arguments say, with the image's ID and the time added), and the
+        canaries' answers (DIR/canary.json) when they passed on this state (its cluster ID); the
         record there before becomes DIR/rollback/. Nothing changes when served/ already holds
-        this state (its cluster ID).
+        this state.
     stack restore --stack-dir DIR --record NAME --starts FILE
         Install record NAME's stack files as the node's own (each one it replaces kept as
         FILE.previous), forget the watchdog's backoff (FILE), and start the stack fresh.
@@ -29,7 +30,7 @@ import time
 from pathlib import Path
 
 from .atomic import write_atomically
-from .constants import RECORD_STATE, STOP_TIMEOUT
+from .constants import CANARY_ANSWERS, RECORD_STATE, STOP_TIMEOUT
 from .own import Refused, guarded
 
 FILES = {"compose.yaml": 0o644, "launch.sh": 0o755}
@@ -68,6 +69,10 @@ def record(stack_dir: Path, state: dict) -> bool:
     staged.mkdir(mode=0o755)
     for name in FILES:
         shutil.copy2(stack_dir / name, staged / name, follow_symlinks=False)
+    canaries = passed_canaries(stack_dir, state["cluster"])
+    if canaries is not None:
+        write_atomically(staged / CANARY_ANSWERS, json.dumps(canaries, sort_keys=True) + "\n")
+        state = {**state, "canaries": {"passed": sorted(canaries["answers"]), "when": canaries["when"]}}
     since = time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     write_atomically(staged / RECORD_STATE, json.dumps({**state, "image_id": image_id(state["image"]), "since": since},
                                                        sort_keys=True, separators=(",", ":")) + "\n")
@@ -76,6 +81,23 @@ def record(stack_dir: Path, state: dict) -> bool:
         served.rename(stack_dir / "rollback")
     staged.rename(served)
     return True
+
+
+def passed_canaries(stack_dir: Path, cluster: str) -> dict | None:
+    """The canaries' answers in ``stack_dir`` when every canary passed on state ``cluster``; None
+    otherwise (none ran, they ran on another state, or one failed). Read through no link."""
+    try:
+        descriptor = os.open(stack_dir / CANARY_ANSWERS, os.O_RDONLY | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    with os.fdopen(descriptor) as handle:
+        try:
+            found = json.loads(handle.read())
+        except ValueError:
+            return None
+    if not isinstance(found, dict) or found.get("cluster") != cluster or found.get("failed") or not isinstance(found.get("answers"), dict):
+        return None
+    return found
 
 
 def restore(stack_dir: Path, name: str, starts: Path) -> None:

@@ -419,6 +419,31 @@ def test_a_change_that_does_not_serve_is_rolled_back(api, tmp_path, change):
     assert {node.role: container(node) for node in (HEAD, WORKER)} == before
 
 
+def test_a_change_that_answers_wrongly_is_refused_by_the_canaries_and_rolled_back(api, tmp_path):
+    """A profile whose vLLM answers wrongly from its token 48 on (the lab's fault: each token then
+    the next ID over), its first token and every check of the API green: the short canaries (up to
+    24 tokens) pass, the long one (96) differs from the answer recorded with the state that serves
+    at token 48; the change is not kept, every node returns to that state, and no request fails at
+    the door."""
+    url, key = api
+    served = state(HEAD)
+    assert served.get("canaries", {}).get("passed") == ["code", "fabric", "long"], served
+    site = tmp_path / "site.toml"
+    site.write_text(SITE.read_text() + '\n[profile.wrong]\nbase = "adaptive"\nenv = { SPARKLAB_ANSWER_FAULT = "shift:48" }\n')
+    result, probe, stream = change_through_the_door(url, key, "-y", "--data", "profile=wrong", task="tasks/profile.py", site=site)
+    assert result.returncode != 0, result.stdout
+    held_not_failed("a profile that answers wrongly, rolled back", result, probe, stream)
+    for short in ("code", "fabric"):
+        assert re.search(rf"canary {short}: \d+ tokens in [\d.]+ s, compared with the state before: passed", result.stdout), result.stdout
+    assert re.search(r"canary long: 96 tokens in [\d.]+ s, compared with the state before: differs from the answer recorded when the "
+                     r"state before served at token 48 \(of 96; the first 96 must agree\)", result.stdout), result.stdout
+    assert "serving tiny (profile wrong) answered wrongly" in result.stdout, result.stdout
+    assert "rolling every node back to the state that served before it: profile adaptive" in result.stdout
+    assert "so every node was rolled back, and serves again" in result.stdout
+    assert container(HEAD)["profile"] == container(WORKER)["profile"] == "adaptive"
+    assert state(HEAD) == served  # the state that served is still the one recorded, with its canaries
+
+
 @pytest.mark.parametrize("args, field", [
     (["--data", "profile=turbo"], "--data profile = 'turbo': choose one of adaptive, fast, long-c4"),
     (["--data", "api_host=0.0.0.0"], "--data api_host = '0.0.0.0': the API would answer beyond this machine"),

@@ -7,6 +7,7 @@ on that image that asks nothing it lacks is served, and the switch to it and bac
 front door: no client request fails."""
 
 import json
+import re
 
 import pytest
 
@@ -77,3 +78,6 @@ def test_an_image_switch_and_back_fails_no_request_at_the_door(api, tmp_path):
         assert {container(node)["profile"] for node in (HEAD, WORKER)} == {profile}
         assert {image_of(node) for node in (HEAD, WORKER)} == {load_site(site).images[image].tag}
         held_not_failed(f"an image switch to {image}", result, probe, stream)
+        # the same weights on another image: every canary answers as the state before did, token for token
+        assert re.search(r"canary long: 96 tokens in [\d.]+ s, compared with the state before: passed", result.stdout), result.stdout
+        assert "canary: all 3 passed" in result.stdout

@@ -1,0 +1,163 @@
+"""Are the answers still right? The canary set, run through vLLM's API at temperature 0 after a
+change has served its first token and before its state is recorded as one that served. Each
+answer is checked by rules that need no reference (an answer at all, text without replacement
+characters or control bytes, no runaway loop at its end); and where the state that served before
+ran the same weights, each greedy answer is compared with the one recorded then, token by token:
+speculative decoding is lossless at temperature 0, so a difference is a defect of the new state,
+except past --agree-tokens (numerical drift the site tolerates). Prints a line per canary (never
+the key); writes the answers and results to --out as JSON, for the state's record (stack record
+keeps them with it); exits 1 naming each canary that failed, how and where.
+
+    canary --url URL --key-file FILE --set JSON --model-digest HEX --cluster ID --agree-tokens N
+           --out FILE [--reference FILE]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import re
+import sys
+import time
+from pathlib import Path
+
+from .atomic import write_atomically
+from .health import call
+from .secret import KEY_FIX, SecretError, read_secret
+
+# What a canary's answer is checked for (each canary names its own; all of them by default):
+CHECKS = ("answer", "text", "loop", "greedy")  # any token; no broken text; no loop at the end; the recorded greedy answer
+LOOP_PERIOD = 8  # tokens: the longest n-gram a runaway loop repeats
+LOOP_TOKENS = 64  # a loop's share of an answer's end, in tokens, that fails it
+BROKEN_TEXT = re.compile("[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+CUT = 3  # characters at an answer's end where a replacement character is a character cut by max_tokens
+
+
+def loop_at_end(tokens: list[int]) -> tuple[int, int] | None:
+    """The period and start of a loop of at most LOOP_PERIOD tokens that fills the answer's last
+    LOOP_TOKENS tokens or more (one token repeated, or an n-gram); None when there is none."""
+    for period in range(1, LOOP_PERIOD + 1):
+        start = len(tokens) - period
+        while start > 0 and tokens[start - 1] == tokens[start - 1 + period]:
+            start -= 1
+        if len(tokens) - start >= LOOP_TOKENS:
+            return period, start
+    return None
+
+
+def ill_formed(text: str, tokens: list[int], checks: tuple[str, ...] = CHECKS) -> list[str]:
+    """What is wrong with an answer that no reference is needed to see (of ``checks``), each said plainly."""
+    if not tokens:
+        return ["empty answer: no token generated"] if "answer" in checks else []
+    found = []
+    broken = BROKEN_TEXT.search(text)
+    if broken and broken.group() == chr(0xFFFD) and broken.start() >= len(text) - CUT:
+        broken = None
+    if broken and "text" in checks:
+        found.append(f"{'a replacement character' if broken.group() == chr(0xFFFD) else 'a control byte'} "
+                     f"{broken.group()!r} at character {broken.start()}")
+    if "loop" in checks and (loop := loop_at_end(tokens)):
+        period, start = loop
+        found.append(f"runaway repetition: a loop of {period} token(s) from token {start} to the end ({len(tokens) - start} tokens)")
+    return found
+
+
+def first_difference(tokens: list[int], recorded: list[int]) -> int | None:
+    """The first position where two greedy answers differ (the shorter one's end if it ends
+    first); None when they are the same."""
+    for position, (mine, theirs) in enumerate(zip(tokens, recorded)):
+        if mine != theirs:
+            return position
+    return None if len(tokens) == len(recorded) else min(len(tokens), len(recorded))
+
+
+def answer(url: str, key: str, model: str, canary: dict, timeout: float) -> dict:
+    """One canary's greedy completion: its text and token IDs (vLLM's return_token_ids)."""
+    status, body = call(url, key, "/v1/completions", {"model": model, "prompt": canary["prompt"], "max_tokens": canary["max_tokens"],
+                                                       "temperature": 0, "ignore_eos": canary.get("ignore_eos", False),
+                                                       "return_token_ids": True}, timeout)
+    if status != 200:
+        message = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else body.get("message")
+        raise CanaryError(f"{canary['name']}: the API answered {status}: {str(message or body)[:200]}")
+    choice = body["choices"][0]
+    if choice.get("token_ids") is None:
+        raise CanaryError(f"{canary['name']}: the API returned no token IDs (vLLM's return_token_ids): the image's vLLM is too old")
+    return {"text": choice["text"], "tokens": choice["token_ids"]}
+
+
+def checked(canary: dict, got: dict, recorded: dict | None, agree_tokens: int) -> list[str]:
+    """What fails in one canary's answer: the rules, then the comparison with ``recorded`` (the
+    same canary's answer in the state before, on the same weights) over its first
+    ``agree_tokens`` tokens."""
+    checks = tuple(canary.get("checks", CHECKS))
+    failures = ill_formed(got["text"], got["tokens"], checks)
+    if "greedy" in checks and recorded is not None and recorded.get("max_tokens") == canary["max_tokens"]:
+        differs = first_difference(got["tokens"][:agree_tokens], recorded["tokens"][:agree_tokens])
+        if differs is not None:
+            failures.append(f"differs from the answer recorded when the state before served at token {differs} "
+                            f"(of {len(got['tokens'])}; the first {agree_tokens} must agree)")
+    return failures
+
+
+class CanaryError(Exception):
+    """What stops the canaries from running at all, in one line."""
+
+
+def reference(path: Path | None, model_digest: str) -> dict:
+    """The answers recorded with the state that served before, by canary name, when it served the
+    same weights; {} otherwise (no record, or new weights: they answer differently by right)."""
+    if path is None:
+        return {}
+    try:
+        kept = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    if not isinstance(kept, dict) or kept.get("model_digest") != model_digest:
+        return {}
+    return {name: found for name, found in kept.get("answers", {}).items() if isinstance(found, dict) and isinstance(found.get("tokens"), list)}
+
+
+def run(url: str, key: str, canaries: list[dict], recorded: dict, agree_tokens: int, timeout: float) -> tuple[dict, dict]:
+    """Every canary's answer and what failed in it, by name."""
+    _, models = call(url, key, "/v1/models", None, timeout)
+    model = models["data"][0]["id"]
+    answers, failures = {}, {}
+    for canary in canaries:
+        started = time.monotonic()
+        got = answer(url, key, model, canary, timeout)
+        answers[canary["name"]] = {**got, "max_tokens": canary["max_tokens"]}
+        failures[canary["name"]] = checked(canary, got, recorded.get(canary["name"]), agree_tokens)
+        compared = "compared with the state before" if canary["name"] in recorded else "no answer of these weights recorded"
+        verdict = "; ".join(failures[canary["name"]]) or "passed"
+        print(f"canary {canary['name']}: {len(got['tokens'])} tokens in {time.monotonic() - started:.1f} s, {compared}: {verdict}", flush=True)
+    return answers, failures
+
+
+def main(argv: list[str], prog: str) -> None:
+    parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--url", required=True)
+    parser.add_argument("--key-file", type=Path, required=True)
+    parser.add_argument("--set", required=True, help="the canaries: a JSON list of {name, prompt, max_tokens, ignore_eos, checks}")
+    parser.add_argument("--model-digest", required=True, help="the served weights' manifest digest")
+    parser.add_argument("--cluster", required=True, help="the state's ID, kept with the answers")
+    parser.add_argument("--agree-tokens", type=int, required=True, help="how many first tokens of a greedy answer must agree")
+    parser.add_argument("--reference", type=Path, help="the answers recorded with the state that served before")
+    parser.add_argument("--out", type=Path, required=True)
+    parser.add_argument("--timeout", type=float, default=600, help="seconds for each request")
+    args = parser.parse_args(argv)
+    try:
+        key = read_secret(args.key_file, "the API key file", KEY_FIX)
+        canaries = json.loads(args.set)
+        answers, failures = run(args.url.rstrip("/"), key, canaries, reference(args.reference, args.model_digest), args.agree_tokens,
+                                args.timeout)
+    except (SecretError, CanaryError) as error:
+        sys.exit(f"canary: {error}")
+    except (OSError, ValueError, KeyError, IndexError) as error:
+        sys.exit(f"canary: no answer at {args.url}: {error}")
+    failed = {name: found for name, found in failures.items() if found}
+    write_atomically(args.out, json.dumps({"cluster": args.cluster, "model_digest": args.model_digest, "answers": answers,
+                                           "failed": failed, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
+                                          sort_keys=True) + "\n", 0o644)
+    if failed:
+        sys.exit("canary: " + "; ".join(f"{name} failed: {', '.join(found)}" for name, found in failed.items()))
+    print(f"canary: all {len(canaries)} passed", flush=True)

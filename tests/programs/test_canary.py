@@ -1,0 +1,107 @@
+"""The canaries' rules (files/dual_spark/canary.py) on answers as vLLM returns them, token IDs and
+text: what needs no reference (an answer, broken text, a loop at the end) and the comparison with
+the answer recorded when the state before served. The lab's fault (lab/vllm_sitecustomize.py)
+makes the answers these rules must catch. Against a real vLLM: tests/serving/test_canary.py."""
+
+import pytest
+from dual_spark import canary
+
+import site_schema
+from lab import site as lab_site
+from lab.vllm_sitecustomize import wrong_after
+from serving_data import defaults
+
+ANSWER = [514, 1311, 1746, 165, 143, 355, 1032, 1783, 1040, 653] * 3  # a period of 10: longer than LOOP_PERIOD
+
+
+def test_an_answer_with_no_loop_at_its_end_passes():
+    assert canary.loop_at_end(ANSWER + [170] * 20) is None  # 20 repeats: fewer than LOOP_TOKENS
+    assert canary.ill_formed("plain text, a newline\n and a tab\t", ANSWER) == []
+
+
+@pytest.mark.parametrize("period", [1, 2, 8])
+def test_a_loop_filling_the_answers_end_is_runaway_repetition(period):
+    loop = list(range(100, 100 + period)) * (canary.LOOP_TOKENS // period + 1)
+    tokens = ANSWER + loop
+    assert canary.loop_at_end(tokens) == (period, len(ANSWER))
+    [found] = canary.ill_formed("text", tokens)
+    assert found == f"runaway repetition: a loop of {period} token(s) from token {len(ANSWER)} to the end ({len(loop)} tokens)"
+
+
+def test_a_loop_of_a_longer_period_is_not_taken_for_one():
+    assert canary.loop_at_end(ANSWER * 10) is None  # period 10 > LOOP_PERIOD: prose may repeat a sentence
+
+
+@pytest.mark.parametrize("text, found", [
+    ("ok \ufffd then", "a replacement character '\ufffd' at character 3"),
+    ("ok \x1b[31m", "a control byte '\\x1b' at character 3"),
+    ("ok \x00", "a control byte '\\x00' at character 3"),
+])
+def test_broken_text_is_named_with_where_it_is(text, found):
+    assert canary.ill_formed(text, ANSWER) == [found]
+
+
+def test_a_character_cut_by_max_tokens_at_the_end_is_not_broken_text():
+    assert canary.ill_formed("the answer ends mid-charac\ufffd", ANSWER) == []
+    assert canary.ill_formed("the answer ends mid-charac\ufffd", ANSWER, ("answer", "text", "loop")) == []
+
+
+def test_an_empty_answer_fails_and_a_check_left_out_is_not_made():
+    assert canary.ill_formed("", []) == ["empty answer: no token generated"]
+    assert canary.ill_formed("", [], ("loop",)) == []
+    assert canary.ill_formed("bad \ufffd text", ANSWER, ("answer", "loop", "greedy")) == []
+
+
+def test_the_first_difference_is_the_first_position_that_differs_or_the_shorter_ones_end():
+    assert canary.first_difference(ANSWER, list(ANSWER)) is None
+    assert canary.first_difference(ANSWER, ANSWER[:7] + [0] + ANSWER[8:]) == 7
+    assert canary.first_difference(ANSWER, ANSWER[:12]) == 12
+
+
+def checked(tokens: list[int], recorded: list[int] | None, agree: int, checks=canary.CHECKS) -> list[str]:
+    spec = {"name": "long", "max_tokens": len(ANSWER), "checks": list(checks)}
+    return canary.checked(spec, {"text": "text", "tokens": tokens}, None if recorded is None else
+                          {"tokens": recorded, "max_tokens": len(ANSWER)}, agree)
+
+
+def test_a_greedy_answer_must_agree_with_the_recorded_one_over_agree_tokens():
+    changed = ANSWER[:20] + [t ^ 1 for t in ANSWER[20:]]
+    assert checked(changed, ANSWER, 30) == [f"differs from the answer recorded when the state before served at token 20 "
+                                            f"(of {len(ANSWER)}; the first 30 must agree)"]
+    assert checked(changed, ANSWER, 20) == []  # drift past what the site requires
+    assert checked(changed, None, 30) == []  # nothing recorded on these weights
+    assert checked(changed, ANSWER, 30, ("answer", "loop")) == []  # no greedy check asked for
+
+
+def test_a_recorded_answer_of_another_length_is_no_reference():
+    spec = {"name": "long", "max_tokens": 30}
+    assert canary.checked(spec, {"text": "t", "tokens": ANSWER}, {"tokens": ANSWER[:5], "max_tokens": 5}, 30) == []
+
+
+def test_the_reference_is_the_record_of_the_same_weights_alone(tmp_path):
+    kept = tmp_path / "canary.json"
+    assert canary.reference(kept, "abc") == {}  # none recorded
+    kept.write_text('{"model_digest": "abc", "answers": {"long": {"tokens": [1, 2]}, "odd": {"tokens": "x"}, "bad": 3}}')
+    assert canary.reference(kept, "abc") == {"long": {"tokens": [1, 2]}}
+    assert canary.reference(kept, "other") == {}  # new weights answer differently by right
+    kept.write_text("{")
+    assert canary.reference(kept, "abc") == {}
+
+
+@pytest.mark.parametrize("kind, caught", [("shift", "differs from the answer recorded when the state before served at token 12"),
+                                          ("repeat", "runaway repetition: a loop of 1 token(s) from token 11 to the end")])
+def test_the_labs_fault_makes_answers_the_canaries_catch(kind, caught):
+    """The lab's fault, fed the answer in steps as vLLM's output processor is (with speculation,
+    several tokens a step), changes nothing before its token and every token after it."""
+    long = (ANSWER * 4)[:100]
+    sent: list[int] = []
+    for start in range(0, len(long), 3):
+        sent += wrong_after(kind, 12, sent, long[start:start + 3])
+    assert sent[:12] == long[:12]
+    assert sent[12:] == ([theirs ^ 1 for theirs in long[12:]] if kind == "shift" else [long[11]] * 88)
+    assert any(found.startswith(caught) for found in checked(sent, long, 100))
+
+
+def test_the_labs_canaries_are_the_products_and_the_programs_checks_the_schemas():
+    assert sorted(defaults()["canary"]) == sorted(lab_site.CANARIES)
+    assert canary.CHECKS == site_schema.CANARY_CHECKS
