@@ -722,6 +722,8 @@ SETTINGS = {
                                                  "state that served; false: left as it is, for debugging"),
     "canaries": setting(True, flag(), "after a change serves, its answers are checked by the canary set ([canary.NAME]) before it "
                                       "is kept (docs/serving.md); false: a first token keeps it"),
+    "canary": setting("off", text(one_of("off", "full")), "`tasks/verify.py --data canary=full` also runs the canary set against "
+                                                          "the state that serves, compared with its recorded answers (changes nothing)"),
     "canary_long_tokens": setting(4096, positive(1_048_576, "use 1 to 1048576 tokens"),
                                   "the length of each canary with long = true (corruption was reported after thousands of tokens)"),
     "canary_agree_tokens": setting(64, Key(int, "use a whole number", between(0, 1_048_576, "use 0 to 1048576 tokens")),

@@ -1,16 +1,32 @@
 """The canary set, run on the head after a change has served its first token: its command
 (files/dual_spark/canary.py), given the set's prompts and lengths from the site, the answers
 recorded with the state that served before as its reference, and stack_dir/canary.json for its
-answers, which `stack record` keeps with the state when they passed (operations/records.py)."""
+answers, which `stack record` keeps with the state when they passed (operations/records.py).
+On demand (`tasks/verify.py --data canary=full`), the same set against the state that serves,
+its answers kept nowhere."""
 
 from __future__ import annotations
 
 import json
 
-from pyinfra.api import QuoteString, StringCommand
+from pyinfra import host
+from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringCommand, operation
 
-from layout import CANARY_ANSWERS, VLLM_HOST
-from operations.stack import StackSettings
+from cluster import Cluster
+from facts.serving import ServingState
+from layout import CANARY_ANSWERS, RUN_DIR, VLLM_HOST
+from operations.peer import acts_here
+from operations.readings import Reading, plans
+from operations.runtime import streamed
+from operations.stack import StackSettings, stack_settings, state_arguments
+
+
+@plans
+def readings(cluster: Cluster, name: str) -> list[Reading]:
+    """The head's stack reading, for the state that serves, where verification runs the canaries."""
+    if cluster.settings.canary != "full" or cluster.node(name).role != "head":
+        return []
+    return [(ServingState, state_arguments(stack_settings(cluster, name)))]
 
 
 def canary_set(settings: StackSettings) -> list[dict]:
@@ -20,9 +36,10 @@ def canary_set(settings: StackSettings) -> list[dict]:
              "ignore_eos": canary.ignore_eos, "checks": list(canary.checks)} for name, canary in sorted(settings.cluster.canaries.items())]
 
 
-def canaries(settings: StackSettings, cluster: str, model_digest: str) -> StringCommand | None:
+def canaries(settings: StackSettings, cluster: str, model_digest: str, out: str | None = None) -> StringCommand | None:
     """The head's run of the canary set on state ``cluster`` (serving the weights of
-    ``model_digest``); None when the site runs none (canaries = false, or no canary)."""
+    ``model_digest``), its answers to ``out`` (default: stack_dir/canary.json, which a record
+    keeps); None when the site runs none (canaries = false, or no canary)."""
     found = canary_set(settings)
     if not settings.site.canaries or not found:
         return None
@@ -30,4 +47,33 @@ def canaries(settings: StackSettings, cluster: str, model_digest: str) -> String
     return StringCommand("python3", QuoteString(settings.programs), "canary", "--url", QuoteString(f"http://{VLLM_HOST}:{settings.site.vllm_port}"),
                          "--key-file", QuoteString(settings.api_key_file), "--set", QuoteString(json.dumps(found)),
                          "--model-digest", model_digest, "--cluster", cluster, "--agree-tokens", str(settings.site.canary_agree_tokens),
-                         "--reference", QuoteString(f"{stack_dir}/served/{CANARY_ANSWERS}"), "--out", QuoteString(f"{stack_dir}/{CANARY_ANSWERS}"))
+                         "--reference", QuoteString(f"{stack_dir}/served/{CANARY_ANSWERS}"),
+                         "--out", QuoteString(out or f"{stack_dir}/{CANARY_ANSWERS}"))
+
+
+@operation()
+def checked_now(settings: StackSettings):
+    """
+    Run the canary set on the head against the state that serves, each greedy answer compared
+    with the one recorded with that state; fail naming each canary that failed, how and where.
+    Changes nothing (its answers go to the run directory). Refused when no state that serves is
+    recorded, or the site runs no canaries.
+
+    + settings: the head's stack settings (``stack_settings``)
+
+    **Example:**
+
+    .. code:: python
+
+        checked_now(settings=stack_settings(cluster, cluster.head.hostname))
+    """
+    if not acts_here("head"):
+        return
+    served = host.get_fact(ServingState, **state_arguments(settings))["records"]["served"]
+    if served is None:
+        raise OperationError("no state that serves is recorded yet: the canaries have no answers to compare with. Fix: run the deploy")
+    command = canaries(settings, served["cluster"], served["model_digest"], f"{RUN_DIR}/{CANARY_ANSWERS}")
+    if command is None:
+        raise OperationError("the site runs no canaries (canaries = false, or no [canary.NAME]). Fix: set canaries = true")
+    yield StringCommand("mkdir", "-p", "-m", "700", RUN_DIR)
+    yield FunctionCommand(streamed, (command,), {})

@@ -94,7 +94,7 @@ def checked(canary: dict, got: dict, recorded: dict | None, agree_tokens: int) -
     if "greedy" in checks and recorded is not None and recorded.get("max_tokens") == canary["max_tokens"]:
         differs = first_difference(got["tokens"][:agree_tokens], recorded["tokens"][:agree_tokens])
         if differs is not None:
-            failures.append(f"differs from the answer recorded when the state before served at token {differs} "
+            failures.append(f"differs from the recorded answer at token {differs} "
                             f"(of {len(got['tokens'])}; the first {agree_tokens} must agree)")
     return failures
 
@@ -127,7 +127,7 @@ def run(url: str, key: str, canaries: list[dict], recorded: dict, agree_tokens: 
         got = answer(url, key, model, canary, timeout)
         answers[canary["name"]] = {**got, "max_tokens": canary["max_tokens"]}
         failures[canary["name"]] = checked(canary, got, recorded.get(canary["name"]), agree_tokens)
-        compared = "compared with the state before" if canary["name"] in recorded else "no answer of these weights recorded"
+        compared = "compared with the recorded answers" if canary["name"] in recorded else "no answer of these weights recorded"
         verdict = "; ".join(failures[canary["name"]]) or "passed"
         print(f"canary {canary['name']}: {len(got['tokens'])} tokens in {time.monotonic() - started:.1f} s, {compared}: {verdict}", flush=True)
     return answers, failures

@@ -434,14 +434,25 @@ def test_a_change_that_answers_wrongly_is_refused_by_the_canaries_and_rolled_bac
     assert result.returncode != 0, result.stdout
     held_not_failed("a profile that answers wrongly, rolled back", result, probe, stream)
     for short in ("code", "fabric"):
-        assert re.search(rf"canary {short}: \d+ tokens in [\d.]+ s, compared with the state before: passed", result.stdout), result.stdout
-    assert re.search(r"canary long: 96 tokens in [\d.]+ s, compared with the state before: differs from the answer recorded when the "
-                     r"state before served at token 48 \(of 96; the first 96 must agree\)", result.stdout), result.stdout
+        assert re.search(rf"canary {short}: \d+ tokens in [\d.]+ s, compared with the recorded answers: passed", result.stdout), result.stdout
+    assert re.search(r"canary long: 96 tokens in [\d.]+ s, compared with the recorded answers: differs from the recorded answer at token "
+                     r"48 \(of 96; the first 96 must agree\)", result.stdout), result.stdout
     assert "serving tiny (profile wrong) answered wrongly" in result.stdout, result.stdout
     assert "rolling every node back to the state that served before it: profile adaptive" in result.stdout
     assert "so every node was rolled back, and serves again" in result.stdout
     assert container(HEAD)["profile"] == container(WORKER)["profile"] == "adaptive"
     assert state(HEAD) == served  # the state that served is still the one recorded, with its canaries
+
+
+def test_verify_runs_the_canaries_on_demand_against_the_state_that_serves(api):
+    """tasks/verify.py --data canary=full: the state that serves answers as recorded with it, and
+    nothing changes (no container restarts, the record stays)."""
+    before, served = {node.role: container(node) for node in (HEAD, WORKER)}, state(HEAD)
+    result = run("-y", "--data", "canary=full", task="tasks/verify.py")
+    assert result.returncode == 0, result.stdout
+    assert re.search(r"canary long: 96 tokens in [\d.]+ s, compared with the recorded answers: passed", result.stdout), result.stdout
+    assert "canary: all 3 passed" in result.stdout
+    assert {node.role: container(node) for node in (HEAD, WORKER)} == before and state(HEAD) == served
 
 
 @pytest.mark.parametrize("args, field", [

@@ -66,7 +66,7 @@ def checked(tokens: list[int], recorded: list[int] | None, agree: int, checks=ca
 
 def test_a_greedy_answer_must_agree_with_the_recorded_one_over_agree_tokens():
     changed = ANSWER[:20] + [t ^ 1 for t in ANSWER[20:]]
-    assert checked(changed, ANSWER, 30) == [f"differs from the answer recorded when the state before served at token 20 "
+    assert checked(changed, ANSWER, 30) == [f"differs from the recorded answer at token 20 "
                                             f"(of {len(ANSWER)}; the first 30 must agree)"]
     assert checked(changed, ANSWER, 20) == []  # drift past what the site requires
     assert checked(changed, None, 30) == []  # nothing recorded on these weights
@@ -88,7 +88,7 @@ def test_the_reference_is_the_record_of_the_same_weights_alone(tmp_path):
     assert canary.reference(kept, "abc") == {}
 
 
-@pytest.mark.parametrize("kind, caught", [("shift", "differs from the answer recorded when the state before served at token 12"),
+@pytest.mark.parametrize("kind, caught", [("shift", "differs from the recorded answer at token 12"),
                                           ("repeat", "runaway repetition: a loop of 1 token(s) from token 11 to the end")])
 def test_the_labs_fault_makes_answers_the_canaries_catch(kind, caught):
     """The lab's fault, fed the answer in steps as vLLM's output processor is (with speculation,
