@@ -673,7 +673,7 @@ PROFILE = {
     "env": env_table("a profile's env"),
 }
 
-CANARY_CHECKS = ("answer", "text", "loop", "greedy")  # files/dual_spark/canary.py's CHECKS
+CANARY_CHECKS = ("answer", "text", "loop", "greedy")  # files/dual_spark/canary.py's CHECKS; a tool canary's is its call
 CANARY = {
     "prompt": text(lambda v: None if v.strip() else "write the prompt the canary completes", required=True),
     "max_tokens": Key(int, "use a whole number", between(1, 1_048_576, "use 1 to 1048576 tokens")),
@@ -681,6 +681,9 @@ CANARY = {
     "ignore_eos": Key(bool, "use true (generate max_tokens whatever the model says) or false"),
     "checks": Key(list, "list what its answer is checked for", lambda v: None if v else "list at least one check",
                   item=text(one_of(*CANARY_CHECKS))),
+    "tool": text(matching(IDENTIFIER, "name the tool the canary's chat turn must call, e.g. link_speed")),
+    "tool_choice": text(one_of("auto", "required")),
+    "perplexity": Key(bool, "use true (the prompt is a text the model's perplexity is measured over) or leave it out"),
 }
 
 # Every site setting, declared once: its default, its rule (a Key: kind, bounds, the fix) and what
@@ -726,6 +729,9 @@ SETTINGS = {
                                                           "the state that serves, compared with its recorded answers (changes nothing)"),
     "canary_long_tokens": setting(4096, positive(1_048_576, "use 1 to 1048576 tokens"),
                                   "the length of each canary with long = true (corruption was reported after thousands of tokens)"),
+    "canary_perplexity_ratio": setting(1.2, Key(float, "use a number", above(1, 100, "use a ratio above 1 and at most 100")),
+                                       "a perplexity canary may rise at most this many times the state before's (how a new "
+                                       "revision is checked; not measured on Sparks)"),
     "canary_agree_tokens": setting(64, Key(int, "use a whole number", between(0, 1_048_576, "use 0 to 1048576 tokens")),
                                    "how many first tokens of each greedy canary must equal the state before's on the same weights "
                                    "(beyond them: numerical drift; not measured on Sparks)"),

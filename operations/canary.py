@@ -32,8 +32,16 @@ def readings(cluster: Cluster, name: str) -> list[Reading]:
 def canary_set(settings: StackSettings) -> list[dict]:
     """The site's canaries, each with its length resolved, in name order."""
     site = settings.site
-    return [{"name": name, "prompt": canary.prompt, "max_tokens": site.canary_long_tokens if canary.long else canary.max_tokens,
-             "ignore_eos": canary.ignore_eos, "checks": list(canary.checks)} for name, canary in sorted(settings.cluster.canaries.items())]
+    found = []
+    for name, canary in sorted(settings.cluster.canaries.items()):
+        length = site.canary_long_tokens if canary.long else canary.max_tokens
+        if canary.perplexity:
+            found.append({"name": name, "prompt": canary.prompt, "perplexity": True})
+        elif canary.tool:
+            found.append({"name": name, "prompt": canary.prompt, "max_tokens": length, "tool": canary.tool, "tool_choice": canary.tool_choice})
+        else:
+            found.append({"name": name, "prompt": canary.prompt, "max_tokens": length, "ignore_eos": canary.ignore_eos, "checks": list(canary.checks)})
+    return found
 
 
 def canaries(settings: StackSettings, cluster: str, model_digest: str, out: str | None = None) -> StringCommand | None:
@@ -47,6 +55,7 @@ def canaries(settings: StackSettings, cluster: str, model_digest: str, out: str 
     return StringCommand("python3", QuoteString(settings.programs), "canary", "--url", QuoteString(f"http://{VLLM_HOST}:{settings.site.vllm_port}"),
                          "--key-file", QuoteString(settings.api_key_file), "--set", QuoteString(json.dumps(found)),
                          "--model-digest", model_digest, "--cluster", cluster, "--agree-tokens", str(settings.site.canary_agree_tokens),
+                         "--perplexity-ratio", str(settings.site.canary_perplexity_ratio),
                          "--reference", QuoteString(f"{stack_dir}/served/{CANARY_ANSWERS}"),
                          "--out", QuoteString(out or f"{stack_dir}/{CANARY_ANSWERS}"))
 

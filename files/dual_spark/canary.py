@@ -1,21 +1,26 @@
 """Are the answers still right? The canary set, run through vLLM's API at temperature 0 after a
 change has served its first token and before its state is recorded as one that served. Each
 answer is checked by rules that need no reference (an answer at all, text without replacement
-characters or control bytes, no runaway loop at its end); and where the state that served before
-ran the same weights, each greedy answer is compared with the one recorded then, token by token:
-speculative decoding is lossless at temperature 0, so a difference is a defect of the new state,
-except past --agree-tokens (numerical drift the site tolerates). Prints a line per canary (never
+characters or control bytes, no runaway loop at its end; a tool canary's chat turn comes back as
+a call of its tool, parsed by the served tool parser, its arguments a JSON object); where the
+state that served before ran the same weights, each greedy answer is compared with the one
+recorded then, token by token: speculative decoding is lossless at temperature 0, so a
+difference is a defect of the new state, except past --agree-tokens (numerical drift the site
+tolerates). New weights answer differently by right: a perplexity canary, the model's perplexity
+over a fixed text (the API's prompt log-probabilities), may rise at most --perplexity-ratio times
+the one recorded, whatever weights that state served. Prints a line per canary (never
 the key); writes the answers and results to --out as JSON, for the state's record (stack record
 keeps them with it); exits 1 naming each canary that failed, how and where.
 
     canary --url URL --key-file FILE --set JSON --model-digest HEX --cluster ID --agree-tokens N
-           --out FILE [--reference FILE]
+           --perplexity-ratio R --out FILE [--reference FILE]
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import math
 import re
 import sys
 import time
@@ -31,6 +36,9 @@ LOOP_PERIOD = 8  # tokens: the longest n-gram a runaway loop repeats
 LOOP_TOKENS = 64  # a loop's share of an answer's end, in tokens, that fails it
 BROKEN_TEXT = re.compile("[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 CUT = 3  # characters at an answer's end where a replacement character is a character cut by max_tokens
+# A tool canary's one tool: its name is the canary's, its one argument one of two rails.
+TOOL_PARAMETERS = {"type": "object", "properties": {"rail": {"type": "string", "enum": ["rail0", "rail1"],
+                                                             "description": "the rail whose link to read"}}, "required": ["rail"]}
 
 
 def loop_at_end(tokens: list[int]) -> tuple[int, int] | None:
@@ -85,13 +93,47 @@ def answer(url: str, key: str, model: str, canary: dict, timeout: float) -> dict
     return {"text": choice["text"], "tokens": choice["token_ids"]}
 
 
+def tool_turn(url: str, key: str, model: str, canary: dict, timeout: float) -> dict:
+    """One tool canary's chat turn at temperature 0, offered its tool: the text, and each tool
+    call as the served tool parser found it."""
+    tool = {"type": "function", "function": {"name": canary["tool"], "description": f"Read {canary['tool'].replace('_', ' ')} of a rail.",
+                                             "parameters": TOOL_PARAMETERS}}
+    status, body = call(url, key, "/v1/chat/completions", {
+        "model": model, "messages": [{"role": "user", "content": canary["prompt"]}], "tools": [tool],
+        "tool_choice": canary.get("tool_choice", "auto"), "temperature": 0, "max_tokens": canary["max_tokens"]}, timeout)
+    if status != 200:
+        message = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else body.get("message")
+        raise CanaryError(f"{canary['name']}: the API answered {status}: {str(message or body)[:200]}")
+    message = body["choices"][0]["message"]
+    return {"text": message.get("content") or "",
+            "tool_calls": [{"name": found["function"]["name"], "arguments": found["function"]["arguments"]}
+                           for found in message.get("tool_calls") or []]}
+
+
+def tool_failures(canary: dict, got: dict) -> list[str]:
+    """What is wrong with a tool canary's turn: no call, a call of another tool, arguments that
+    are not a JSON object."""
+    if not got["tool_calls"]:
+        return [f"no tool call: the answer was {got['text'][:80]!r}"]
+    first = got["tool_calls"][0]
+    if first["name"] != canary["tool"]:
+        return [f"a call of {first['name']!r}, not of {canary['tool']!r}"]
+    try:
+        arguments = json.loads(first["arguments"])
+    except (TypeError, ValueError):
+        return [f"arguments that are not JSON: {str(first['arguments'])[:80]!r}"]
+    return [] if isinstance(arguments, dict) else [f"arguments that are no JSON object: {first['arguments'][:80]!r}"]
+
+
 def checked(canary: dict, got: dict, recorded: dict | None, agree_tokens: int) -> list[str]:
     """What fails in one canary's answer: the rules, then the comparison with ``recorded`` (the
     same canary's answer in the state before, on the same weights) over its first
-    ``agree_tokens`` tokens."""
+    ``agree_tokens`` tokens; a tool canary's, its call."""
+    if canary.get("tool"):
+        return tool_failures(canary, got)
     checks = tuple(canary.get("checks", CHECKS))
     failures = ill_formed(got["text"], got["tokens"], checks)
-    if "greedy" in checks and recorded is not None and recorded.get("max_tokens") == canary["max_tokens"]:
+    if "greedy" in checks and recorded is not None and "tokens" in recorded and recorded.get("max_tokens") == canary["max_tokens"]:
         differs = first_difference(got["tokens"][:agree_tokens], recorded["tokens"][:agree_tokens])
         if differs is not None:
             failures.append(f"differs from the recorded answer at token {differs} "
@@ -99,36 +141,74 @@ def checked(canary: dict, got: dict, recorded: dict | None, agree_tokens: int) -
     return failures
 
 
+def scored(url: str, key: str, model: str, canary: dict, timeout: float) -> dict:
+    """A perplexity canary's text scored by the model: exp of the mean negative log-probability
+    of each of its tokens after the first (vLLM's prompt_logprobs), and how many were scored."""
+    status, body = call(url, key, "/v1/completions", {"model": model, "prompt": canary["prompt"], "max_tokens": 1, "temperature": 0,
+                                                       "prompt_logprobs": 0, "return_token_ids": True}, timeout)
+    if status != 200:
+        message = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else body.get("message")
+        raise CanaryError(f"{canary['name']}: the API answered {status}: {str(message or body)[:200]}")
+    choice = body["choices"][0]
+    tokens, logprobs = choice.get("prompt_token_ids") or [], choice.get("prompt_logprobs") or []
+    found = [entry[str(token)]["logprob"] for token, entry in zip(tokens, logprobs) if entry and str(token) in entry]
+    if not found:
+        raise CanaryError(f"{canary['name']}: the API returned no prompt log-probabilities (vLLM's prompt_logprobs)")
+    return {"perplexity": round(math.exp(-sum(found) / len(found)), 4), "scored": len(found)}
+
+
+def perplexity_failures(got: dict, recorded: float | None, ratio: float) -> list[str]:
+    """A perplexity above ``ratio`` times the one recorded (none recorded: nothing to fail)."""
+    if recorded is None or got["perplexity"] <= ratio * recorded:
+        return []
+    return [f"perplexity {got['perplexity']:.4g} is {got['perplexity'] / recorded:.2f} times the {recorded:.4g} recorded (at most {ratio} allowed)"]
+
+
 class CanaryError(Exception):
     """What stops the canaries from running at all, in one line."""
 
 
 def reference(path: Path | None, model_digest: str) -> dict:
-    """The answers recorded with the state that served before, by canary name, when it served the
-    same weights; {} otherwise (no record, or new weights: they answer differently by right)."""
+    """The answers recorded with the state that served before, by canary name: its greedy answers
+    when it served the same weights (new weights answer differently by right), its perplexities
+    whatever it served; {} without a record."""
     if path is None:
         return {}
     try:
         kept = json.loads(path.read_text())
     except (OSError, ValueError):
         return {}
-    if not isinstance(kept, dict) or kept.get("model_digest") != model_digest:
+    if not isinstance(kept, dict) or not isinstance(kept.get("answers"), dict):
         return {}
-    return {name: found for name, found in kept.get("answers", {}).items() if isinstance(found, dict) and isinstance(found.get("tokens"), list)}
+    same = kept.get("model_digest") == model_digest
+    return {name: found for name, found in kept["answers"].items() if isinstance(found, dict)
+            and ((same and isinstance(found.get("tokens"), list)) or isinstance(found.get("perplexity"), (int, float)))}
 
 
-def run(url: str, key: str, canaries: list[dict], recorded: dict, agree_tokens: int, timeout: float) -> tuple[dict, dict]:
+def run(url: str, key: str, canaries: list[dict], recorded: dict, agree_tokens: int, ratio: float, timeout: float) -> tuple[dict, dict]:
     """Every canary's answer and what failed in it, by name."""
     _, models = call(url, key, "/v1/models", None, timeout)
     model = models["data"][0]["id"]
     answers, failures = {}, {}
     for canary in canaries:
         started = time.monotonic()
-        got = answer(url, key, model, canary, timeout)
+        if canary.get("perplexity"):
+            got = scored(url, key, model, canary, timeout)
+            before = recorded.get(canary["name"], {}).get("perplexity")
+            answers[canary["name"]], failures[canary["name"]] = got, perplexity_failures(got, before, ratio)
+            against = f"against {before:.4g} recorded" if before is not None else "none recorded"
+            print(f"canary {canary['name']}: perplexity {got['perplexity']:.4g} over {got['scored']} tokens in "
+                  f"{time.monotonic() - started:.1f} s, {against}: {'; '.join(failures[canary['name']]) or 'passed'}", flush=True)
+            continue
+        got = (tool_turn if canary.get("tool") else answer)(url, key, model, canary, timeout)
         answers[canary["name"]] = {**got, "max_tokens": canary["max_tokens"]}
         failures[canary["name"]] = checked(canary, got, recorded.get(canary["name"]), agree_tokens)
-        compared = "compared with the recorded answers" if canary["name"] in recorded else "no answer of these weights recorded"
         verdict = "; ".join(failures[canary["name"]]) or "passed"
+        if canary.get("tool"):
+            calls = ", ".join(f"{found['name']}({str(found['arguments'])[:60]})" for found in got["tool_calls"]) or "none"
+            print(f"canary {canary['name']}: tool calls {calls} in {time.monotonic() - started:.1f} s: {verdict}", flush=True)
+            continue
+        compared = "compared with the recorded answers" if "tokens" in recorded.get(canary["name"], {}) else "no answer of these weights recorded"
         print(f"canary {canary['name']}: {len(got['tokens'])} tokens in {time.monotonic() - started:.1f} s, {compared}: {verdict}", flush=True)
     return answers, failures
 
@@ -137,10 +217,11 @@ def main(argv: list[str], prog: str) -> None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
     parser.add_argument("--key-file", type=Path, required=True)
-    parser.add_argument("--set", required=True, help="the canaries: a JSON list of {name, prompt, max_tokens, ignore_eos, checks}")
+    parser.add_argument("--set", required=True, help="the canaries: a JSON list of {name, prompt, max_tokens, ignore_eos, checks, tool, tool_choice, perplexity}")
     parser.add_argument("--model-digest", required=True, help="the served weights' manifest digest")
     parser.add_argument("--cluster", required=True, help="the state's ID, kept with the answers")
     parser.add_argument("--agree-tokens", type=int, required=True, help="how many first tokens of a greedy answer must agree")
+    parser.add_argument("--perplexity-ratio", type=float, required=True, help="how many times the recorded perplexity it may rise to")
     parser.add_argument("--reference", type=Path, help="the answers recorded with the state that served before")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--timeout", type=float, default=600, help="seconds for each request")
@@ -149,7 +230,7 @@ def main(argv: list[str], prog: str) -> None:
         key = read_secret(args.key_file, "the API key file", KEY_FIX)
         canaries = json.loads(args.set)
         answers, failures = run(args.url.rstrip("/"), key, canaries, reference(args.reference, args.model_digest), args.agree_tokens,
-                                args.timeout)
+                                args.perplexity_ratio, args.timeout)
     except (SecretError, CanaryError) as error:
         sys.exit(f"canary: {error}")
     except (OSError, ValueError, KeyError, IndexError) as error:

@@ -78,14 +78,24 @@ def test_a_recorded_answer_of_another_length_is_no_reference():
     assert canary.checked(spec, {"text": "t", "tokens": ANSWER}, {"tokens": ANSWER[:5], "max_tokens": 5}, 30) == []
 
 
-def test_the_reference_is_the_record_of_the_same_weights_alone(tmp_path):
+def test_the_greedy_reference_is_of_the_same_weights_alone_and_a_perplexity_of_any(tmp_path):
     kept = tmp_path / "canary.json"
     assert canary.reference(kept, "abc") == {}  # none recorded
-    kept.write_text('{"model_digest": "abc", "answers": {"long": {"tokens": [1, 2]}, "odd": {"tokens": "x"}, "bad": 3}}')
-    assert canary.reference(kept, "abc") == {"long": {"tokens": [1, 2]}}
-    assert canary.reference(kept, "other") == {}  # new weights answer differently by right
+    kept.write_text('{"model_digest": "abc", "answers": {"long": {"tokens": [1, 2]}, "odd": {"tokens": "x"}, "bad": 3, '
+                    '"ppl": {"perplexity": 12.5, "scored": 80}, "nan": {"perplexity": "x"}}}')
+    assert canary.reference(kept, "abc") == {"long": {"tokens": [1, 2]}, "ppl": {"perplexity": 12.5, "scored": 80}}
+    assert canary.reference(kept, "other") == {"ppl": {"perplexity": 12.5, "scored": 80}}  # new weights answer differently by right
     kept.write_text("{")
     assert canary.reference(kept, "abc") == {}
+
+
+@pytest.mark.parametrize("now, recorded, found", [
+    (12.0, 10.0, []),
+    (12.5, 10.0, ["perplexity 12.5 is 1.25 times the 10 recorded (at most 1.2 allowed)"]),
+    (900.0, None, []),
+], ids=["within the ratio", "past it", "none recorded"])
+def test_a_perplexity_may_rise_at_most_the_ratio_times_the_recorded_one(now, recorded, found):
+    assert canary.perplexity_failures({"perplexity": now, "scored": 80}, recorded, 1.2) == found
 
 
 @pytest.mark.parametrize("kind, caught", [("shift", "differs from the recorded answer at token 12"),
@@ -100,6 +110,20 @@ def test_the_labs_fault_makes_answers_the_canaries_catch(kind, caught):
     assert sent[:12] == long[:12]
     assert sent[12:] == ([theirs ^ 1 for theirs in long[12:]] if kind == "shift" else [long[11]] * 88)
     assert any(found.startswith(caught) for found in checked(sent, long, 100))
+
+
+TOOL = {"name": "tool", "tool": "link_speed", "max_tokens": 64}
+
+
+@pytest.mark.parametrize("calls, text, found", [
+    ([{"name": "link_speed", "arguments": '{"rail": "rail0"}'}], "", []),
+    ([], "The link runs at 200 Gb/s.", ["no tool call: the answer was 'The link runs at 200 Gb/s.'"]),
+    ([{"name": "get_weather", "arguments": "{}"}], "", ["a call of 'get_weather', not of 'link_speed'"]),
+    ([{"name": "link_speed", "arguments": '{"rail": "rail0"'}], "", ["arguments that are not JSON: '{\"rail\": \"rail0\"'"]),
+    ([{"name": "link_speed", "arguments": '["rail0"]'}], "", ["arguments that are no JSON object: '[\"rail0\"]'"]),
+], ids=["a call of its tool", "no call", "another tool", "broken JSON", "not an object"])
+def test_a_tool_canary_passes_on_a_call_of_its_tool_with_an_object_of_arguments(calls, text, found):
+    assert canary.checked(TOOL, {"text": text, "tool_calls": calls}, None, 64) == found
 
 
 def test_the_labs_canaries_are_the_products_and_the_programs_checks_the_schemas():
