@@ -6,7 +6,8 @@ a call of its tool, parsed by the served tool parser, its arguments a JSON objec
 state that served before ran the same weights, each greedy answer is compared with the one
 recorded then, token by token: speculative decoding is lossless at temperature 0, so a
 difference is a defect of the new state, except past --agree-tokens (numerical drift the site
-tolerates). New weights answer differently by right: a perplexity canary, the model's perplexity
+tolerates), or when the answer agrees asked again (other requests sharing its batch can move a
+near tie). New weights answer differently by right: a perplexity canary, the model's perplexity
 over a fixed text (the API's prompt log-probabilities), may rise at most --perplexity-ratio times
 the one recorded, whatever weights that state served. Prints a line per canary (never
 the key); writes the answers and results to --out as JSON, for the state's record (stack record
@@ -19,6 +20,7 @@ keeps them with it); exits 1 naming each canary that failed, how and where.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 import re
@@ -36,6 +38,7 @@ LOOP_PERIOD = 8  # tokens: the longest n-gram a runaway loop repeats
 LOOP_TOKENS = 64  # a loop's share of an answer's end, in tokens, that fails it
 BROKEN_TEXT = re.compile("[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 CUT = 3  # characters at an answer's end where a replacement character is a character cut by max_tokens
+DIFFERS = "differs from the recorded answer"  # a greedy answer's failure; asked again once before it counts
 # A tool canary's one tool: its name is the canary's, its one argument one of two rails.
 TOOL_PARAMETERS = {"type": "object", "properties": {"rail": {"type": "string", "enum": ["rail0", "rail1"],
                                                              "description": "the rail whose link to read"}}, "required": ["rail"]}
@@ -136,7 +139,7 @@ def checked(canary: dict, got: dict, recorded: dict | None, agree_tokens: int) -
     if "greedy" in checks and recorded is not None and "tokens" in recorded and recorded.get("max_tokens") == canary["max_tokens"]:
         differs = first_difference(got["tokens"][:agree_tokens], recorded["tokens"][:agree_tokens])
         if differs is not None:
-            failures.append(f"differs from the recorded answer at token {differs} "
+            failures.append(f"{DIFFERS} at token {differs} "
                             f"(of {len(got['tokens'])}; the first {agree_tokens} must agree)")
     return failures
 
@@ -162,6 +165,20 @@ def perplexity_failures(got: dict, recorded: float | None, ratio: float) -> list
     if recorded is None or got["perplexity"] <= ratio * recorded:
         return []
     return [f"perplexity {got['perplexity']:.4g} is {got['perplexity'] / recorded:.2f} times the {recorded:.4g} recorded (at most {ratio} allowed)"]
+
+
+def settled(canary: dict, recorded: dict | None, agree_tokens: int, ask) -> tuple[dict, list[str]]:
+    """A greedy canary's answer (``ask()``) and what fails in it; an answer that differs from the
+    recorded one is asked again once, and taken if it then agrees: a difference that does not
+    repeat is other requests sharing its batch (a near tie moved), not the state."""
+    got = ask()
+    failures = checked(canary, got, recorded, agree_tokens)
+    if any(found.startswith(DIFFERS) for found in failures):
+        again = ask()
+        if not checked(canary, again, recorded, agree_tokens):
+            print(f"canary {canary['name']}: {'; '.join(failures)}, then agreed when asked again", flush=True)
+            return again, []
+    return got, failures
 
 
 class CanaryError(Exception):
@@ -200,9 +217,13 @@ def run(url: str, key: str, canaries: list[dict], recorded: dict, agree_tokens: 
             print(f"canary {canary['name']}: perplexity {got['perplexity']:.4g} over {got['scored']} tokens in "
                   f"{time.monotonic() - started:.1f} s, {against}: {'; '.join(failures[canary['name']]) or 'passed'}", flush=True)
             continue
-        got = (tool_turn if canary.get("tool") else answer)(url, key, model, canary, timeout)
+        if canary.get("tool"):
+            got = tool_turn(url, key, model, canary, timeout)
+            failures[canary["name"]] = checked(canary, got, None, agree_tokens)
+        else:
+            got, failures[canary["name"]] = settled(canary, recorded.get(canary["name"]), agree_tokens,
+                                                    functools.partial(answer, url, key, model, canary, timeout))
         answers[canary["name"]] = {**got, "max_tokens": canary["max_tokens"]}
-        failures[canary["name"]] = checked(canary, got, recorded.get(canary["name"]), agree_tokens)
         verdict = "; ".join(failures[canary["name"]]) or "passed"
         if canary.get("tool"):
             calls = ", ".join(f"{found['name']}({str(found['arguments'])[:60]})" for found in got["tool_calls"]) or "none"

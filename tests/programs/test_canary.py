@@ -73,6 +73,25 @@ def test_a_greedy_answer_must_agree_with_the_recorded_one_over_agree_tokens():
     assert checked(changed, ANSWER, 30, ("answer", "loop")) == []  # no greedy check asked for
 
 
+@pytest.mark.parametrize("second, failed", [("agrees", False), ("differs again", True)])
+def test_a_greedy_answer_that_differs_is_asked_again_once_and_counts_only_if_it_differs_again(second, failed):
+    spec = {"name": "long", "max_tokens": len(ANSWER)}
+    changed = {"text": "t", "tokens": ANSWER[:5] + [ANSWER[5] ^ 1] + ANSWER[6:]}
+    answers = iter([changed, {"text": "t", "tokens": list(ANSWER)} if second == "agrees" else changed])
+    asked = []
+    got, failures = canary.settled(spec, {"tokens": ANSWER, "max_tokens": len(ANSWER)}, 30, lambda: asked.append(1) or next(answers))
+    assert len(asked) == 2 and bool(failures) == failed
+    assert got["tokens"] == (changed["tokens"] if failed else ANSWER)
+    assert failures == ([f"differs from the recorded answer at token 5 (of {len(ANSWER)}; the first 30 must agree)"] if failed else [])
+
+
+def test_an_answer_that_agrees_or_breaks_a_rule_is_asked_once():
+    asked = []
+    spec = {"name": "long", "max_tokens": 100}
+    got, failures = canary.settled(spec, None, 30, lambda: asked.append(1) or {"text": "t", "tokens": [7] * 100})
+    assert len(asked) == 1 and failures[0].startswith("runaway repetition")
+
+
 def test_a_recorded_answer_of_another_length_is_no_reference():
     spec = {"name": "long", "max_tokens": 30}
     assert canary.checked(spec, {"text": "t", "tokens": ANSWER}, {"tokens": ANSWER[:5], "max_tokens": 5}, 30) == []
