@@ -124,9 +124,7 @@ class Canary:
     max_tokens: int | None = None
     long: bool = False  # its length is canary_long_tokens
     ignore_eos: bool = False
-    checks: tuple[str, ...] = ("answer", "text", "loop", "greedy")  # none for a tool or perplexity canary
-    tool: str | None = None  # a chat turn offered this tool must call it
-    tool_choice: str = "auto"
+    checks: tuple[str, ...] = ("answer", "text", "loop", "greedy")  # none for a perplexity canary
     perplexity: bool = False  # the prompt is a text the model's perplexity is measured over
 
 

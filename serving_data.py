@@ -80,7 +80,7 @@ def _canary(name: str, spec: dict, error) -> None:
     if "prompt" not in spec:
         error(f"{where}.prompt", None, "write the prompt the canary completes")
     if spec.get("perplexity"):
-        if any(key in spec for key in ("max_tokens", "long", "ignore_eos", "checks", "tool", "tool_choice")):
+        if any(key in spec for key in ("max_tokens", "long", "ignore_eos", "checks")):
             error(where, sorted(spec), "a perplexity canary scores its prompt alone: give it prompt and perplexity = true, nothing else")
         spec["checks"] = ()
         return
@@ -88,12 +88,6 @@ def _canary(name: str, spec: dict, error) -> None:
         error(where, sorted(spec), "give its length one way: max_tokens, or long = true (canary_long_tokens)")
     if "checks" in spec:
         spec["checks"] = tuple(spec["checks"])
-    if "tool" in spec:
-        if "checks" in spec or spec.get("ignore_eos") or spec.get("long"):
-            error(where, sorted(spec), "a tool canary is checked for its call alone: drop checks, ignore_eos and long")
-        spec["checks"] = ()
-    elif "tool_choice" in spec:
-        error(f"{where}.tool_choice", spec["tool_choice"], "name the tool too (tool = \"NAME\"), or drop tool_choice")
 
 
 def _image(name: str, spec: dict, error) -> None:

@@ -673,7 +673,7 @@ PROFILE = {
     "env": env_table("a profile's env"),
 }
 
-CANARY_CHECKS = ("answer", "text", "loop", "greedy")  # files/dual_spark/canary.py's CHECKS; a tool canary's is its call
+CANARY_CHECKS = ("answer", "text", "loop", "greedy")  # files/dual_spark/canary.py's CHECKS
 CANARY = {
     "prompt": text(lambda v: None if v.strip() else "write the prompt the canary completes", required=True),
     "max_tokens": Key(int, "use a whole number", between(1, 1_048_576, "use 1 to 1048576 tokens")),
@@ -681,8 +681,6 @@ CANARY = {
     "ignore_eos": Key(bool, "use true (generate max_tokens whatever the model says) or false"),
     "checks": Key(list, "list what its answer is checked for", lambda v: None if v else "list at least one check",
                   item=text(one_of(*CANARY_CHECKS))),
-    "tool": text(matching(IDENTIFIER, "name the tool the canary's chat turn must call, e.g. link_speed")),
-    "tool_choice": text(one_of("auto", "required")),
     "perplexity": Key(bool, "use true (the prompt is a text the model's perplexity is measured over) or leave it out"),
 }
 

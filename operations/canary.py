@@ -37,8 +37,6 @@ def canary_set(settings: StackSettings) -> list[dict]:
         length = site.canary_long_tokens if canary.long else canary.max_tokens
         if canary.perplexity:
             found.append({"name": name, "prompt": canary.prompt, "perplexity": True})
-        elif canary.tool:
-            found.append({"name": name, "prompt": canary.prompt, "max_tokens": length, "tool": canary.tool, "tool_choice": canary.tool_choice})
         else:
             found.append({"name": name, "prompt": canary.prompt, "max_tokens": length, "ignore_eos": canary.ignore_eos, "checks": list(canary.checks)})
     return found

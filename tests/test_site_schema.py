@@ -236,10 +236,6 @@ USER_MISTAKES = [
     (with_("canary.long.max_tokens", "4k"), "canary.long.max_tokens"),
     (with_("canary", "p"), "canary"),
     (with_("settings.canary_long_tokens", 0), "settings.canary_long_tokens"),
-    (with_("canary.tool.checks", ["answer"]), "canary.tool"),
-    (with_("canary.code.tool_choice", "required"), "canary.code.tool_choice"),
-    (with_("canary.tool.tool_choice", "any"), "canary.tool.tool_choice"),
-    (with_("canary.tool.tool", "Link Speed"), "canary.tool.tool"),
     (with_("canary.perplexity.max_tokens", 8), "canary.perplexity"),
     (with_("canary.perplexity.perplexity", "yes"), "canary.perplexity.perplexity"),
     (with_("settings.canary_perplexity_ratio", 1.0), "settings.canary_perplexity_ratio"),
@@ -257,8 +253,8 @@ def test_a_sites_canary_is_added_and_one_of_the_sets_changed_in_its_length():
     site = load(with_("canary.mine", {"prompt": "p", "max_tokens": 8, "checks": ["answer"]}, with_("canary.long", {"max_tokens": 100})))
     assert site.canaries["mine"].max_tokens == 8 and site.canaries["mine"].checks == ("answer",)
     assert (site.canaries["long"].max_tokens, site.canaries["long"].long) == (100, False)
-    assert sorted(site.canaries) == ["code", "fabric", "long", "mine", "perplexity", "tool"]
-    assert (site.canaries["tool"].tool, site.canaries["tool"].tool_choice, site.canaries["tool"].checks) == ("link_speed", "auto", ())
+    assert sorted(site.canaries) == ["code", "fabric", "long", "mine", "perplexity"]
+    assert (site.canaries["perplexity"].perplexity, site.canaries["perplexity"].checks) == (True, ())
 
 
 def test_a_schedule_to_max_num_seqs_within_speculative_tokens_is_taken():

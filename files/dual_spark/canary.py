@@ -1,8 +1,7 @@
 """Are the answers still right? The canary set, run through vLLM's API at temperature 0 after a
 change has served its first token and before its state is recorded as one that served. Each
 answer is checked by rules that need no reference (an answer at all, text without replacement
-characters or control bytes, no runaway loop at its end; a tool canary's chat turn comes back as
-a call of its tool, parsed by the served tool parser, its arguments a JSON object); where the
+characters or control bytes, no runaway loop at its end); where the
 state that served before ran the same weights, each greedy answer is compared with the one
 recorded then, token by token: speculative decoding is lossless at temperature 0, so a
 difference is a defect of the new state, except past --agree-tokens (numerical drift the site
@@ -39,9 +38,6 @@ LOOP_TOKENS = 64  # a loop's share of an answer's end, in tokens, that fails it
 BROKEN_TEXT = re.compile("[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 CUT = 3  # characters at an answer's end where a replacement character is a character cut by max_tokens
 DIFFERS = "differs from the recorded answer"  # a greedy answer's failure; asked again once before it counts
-# A tool canary's one tool: its name is the canary's, its one argument one of two rails.
-TOOL_PARAMETERS = {"type": "object", "properties": {"rail": {"type": "string", "enum": ["rail0", "rail1"],
-                                                             "description": "the rail whose link to read"}}, "required": ["rail"]}
 
 
 def loop_at_end(tokens: list[int]) -> tuple[int, int] | None:
@@ -96,44 +92,10 @@ def answer(url: str, key: str, model: str, canary: dict, timeout: float) -> dict
     return {"text": choice["text"], "tokens": choice["token_ids"]}
 
 
-def tool_turn(url: str, key: str, model: str, canary: dict, timeout: float) -> dict:
-    """One tool canary's chat turn at temperature 0, offered its tool: the text, and each tool
-    call as the served tool parser found it."""
-    tool = {"type": "function", "function": {"name": canary["tool"], "description": f"Read {canary['tool'].replace('_', ' ')} of a rail.",
-                                             "parameters": TOOL_PARAMETERS}}
-    status, body = call(url, key, "/v1/chat/completions", {
-        "model": model, "messages": [{"role": "user", "content": canary["prompt"]}], "tools": [tool],
-        "tool_choice": canary.get("tool_choice", "auto"), "temperature": 0, "max_tokens": canary["max_tokens"]}, timeout)
-    if status != 200:
-        message = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else body.get("message")
-        raise CanaryError(f"{canary['name']}: the API answered {status}: {str(message or body)[:200]}")
-    message = body["choices"][0]["message"]
-    return {"text": message.get("content") or "",
-            "tool_calls": [{"name": found["function"]["name"], "arguments": found["function"]["arguments"]}
-                           for found in message.get("tool_calls") or []]}
-
-
-def tool_failures(canary: dict, got: dict) -> list[str]:
-    """What is wrong with a tool canary's turn: no call, a call of another tool, arguments that
-    are not a JSON object."""
-    if not got["tool_calls"]:
-        return [f"no tool call: the answer was {got['text'][:80]!r}"]
-    first = got["tool_calls"][0]
-    if first["name"] != canary["tool"]:
-        return [f"a call of {first['name']!r}, not of {canary['tool']!r}"]
-    try:
-        arguments = json.loads(first["arguments"])
-    except (TypeError, ValueError):
-        return [f"arguments that are not JSON: {str(first['arguments'])[:80]!r}"]
-    return [] if isinstance(arguments, dict) else [f"arguments that are no JSON object: {first['arguments'][:80]!r}"]
-
-
 def checked(canary: dict, got: dict, recorded: dict | None, agree_tokens: int) -> list[str]:
     """What fails in one canary's answer: the rules, then the comparison with ``recorded`` (the
     same canary's answer in the state before, on the same weights) over its first
-    ``agree_tokens`` tokens; a tool canary's, its call."""
-    if canary.get("tool"):
-        return tool_failures(canary, got)
+    ``agree_tokens`` tokens."""
     checks = tuple(canary.get("checks", CHECKS))
     failures = ill_formed(got["text"], got["tokens"], checks)
     if "greedy" in checks and recorded is not None and "tokens" in recorded and recorded.get("max_tokens") == canary["max_tokens"]:
@@ -217,18 +179,10 @@ def run(url: str, key: str, canaries: list[dict], recorded: dict, agree_tokens: 
             print(f"canary {canary['name']}: perplexity {got['perplexity']:.4g} over {got['scored']} tokens in "
                   f"{time.monotonic() - started:.1f} s, {against}: {'; '.join(failures[canary['name']]) or 'passed'}", flush=True)
             continue
-        if canary.get("tool"):
-            got = tool_turn(url, key, model, canary, timeout)
-            failures[canary["name"]] = checked(canary, got, None, agree_tokens)
-        else:
-            got, failures[canary["name"]] = settled(canary, recorded.get(canary["name"]), agree_tokens,
-                                                    functools.partial(answer, url, key, model, canary, timeout))
+        got, failures[canary["name"]] = settled(canary, recorded.get(canary["name"]), agree_tokens,
+                                                functools.partial(answer, url, key, model, canary, timeout))
         answers[canary["name"]] = {**got, "max_tokens": canary["max_tokens"]}
         verdict = "; ".join(failures[canary["name"]]) or "passed"
-        if canary.get("tool"):
-            calls = ", ".join(f"{found['name']}({str(found['arguments'])[:60]})" for found in got["tool_calls"]) or "none"
-            print(f"canary {canary['name']}: tool calls {calls} in {time.monotonic() - started:.1f} s: {verdict}", flush=True)
-            continue
         compared = "compared with the recorded answers" if "tokens" in recorded.get(canary["name"], {}) else "no answer of these weights recorded"
         print(f"canary {canary['name']}: {len(got['tokens'])} tokens in {time.monotonic() - started:.1f} s, {compared}: {verdict}", flush=True)
     return answers, failures
@@ -238,7 +192,7 @@ def main(argv: list[str], prog: str) -> None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
     parser.add_argument("--key-file", type=Path, required=True)
-    parser.add_argument("--set", required=True, help="the canaries: a JSON list of {name, prompt, max_tokens, ignore_eos, checks, tool, tool_choice, perplexity}")
+    parser.add_argument("--set", required=True, help="the canaries: a JSON list of {name, prompt, max_tokens, ignore_eos, checks, perplexity}")
     parser.add_argument("--model-digest", required=True, help="the served weights' manifest digest")
     parser.add_argument("--cluster", required=True, help="the state's ID, kept with the answers")
     parser.add_argument("--agree-tokens", type=int, required=True, help="how many first tokens of a greedy answer must agree")

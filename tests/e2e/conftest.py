@@ -34,6 +34,7 @@ FOUND: dict[str, float] = {}
 """Fault -> seconds until a watchdog ended vLLM for it (test_50), printed at the end of the run."""
 DOWNTIME: dict[str, float] = {}  # a change -> the longest wait of a request at the front door
 """Change -> seconds the API answered no request while the run made it (test_40), printed at the end."""
+CANARY_RUNS: dict[str, str] = {}  # a change -> each canary's seconds in its run, as the run printed them
 
 
 def pyinfra(*args: str, task: str = "deploy.py", site: Path = SITE, timeout: int = 900) -> subprocess.CompletedProcess:
@@ -206,3 +207,7 @@ def pytest_terminal_summary(terminalreporter):
         terminalreporter.section("change -> the longest a request waited at the front door, none failed (lab, a probe every 0.5 s)")
         for change, seconds in DOWNTIME.items():
             terminalreporter.write_line(f"{change:<34} {seconds:6.1f} s")
+    if CANARY_RUNS:
+        terminalreporter.section("change -> the canaries' run after its first token (lab)")
+        for change, seconds in CANARY_RUNS.items():
+            terminalreporter.write_line(f"{change:<34} {seconds}")

@@ -131,20 +131,6 @@ def test_the_labs_fault_makes_answers_the_canaries_catch(kind, caught):
     assert any(found.startswith(caught) for found in checked(sent, long, 100))
 
 
-TOOL = {"name": "tool", "tool": "link_speed", "max_tokens": 64}
-
-
-@pytest.mark.parametrize("calls, text, found", [
-    ([{"name": "link_speed", "arguments": '{"rail": "rail0"}'}], "", []),
-    ([], "The link runs at 200 Gb/s.", ["no tool call: the answer was 'The link runs at 200 Gb/s.'"]),
-    ([{"name": "get_weather", "arguments": "{}"}], "", ["a call of 'get_weather', not of 'link_speed'"]),
-    ([{"name": "link_speed", "arguments": '{"rail": "rail0"'}], "", ["arguments that are not JSON: '{\"rail\": \"rail0\"'"]),
-    ([{"name": "link_speed", "arguments": '["rail0"]'}], "", ["arguments that are no JSON object: '[\"rail0\"]'"]),
-], ids=["a call of its tool", "no call", "another tool", "broken JSON", "not an object"])
-def test_a_tool_canary_passes_on_a_call_of_its_tool_with_an_object_of_arguments(calls, text, found):
-    assert canary.checked(TOOL, {"text": text, "tool_calls": calls}, None, 64) == found
-
-
 def test_the_labs_canaries_are_the_products_and_the_programs_checks_the_schemas():
     assert sorted(defaults()["canary"]) == sorted(lab_site.CANARIES)
     assert canary.CHECKS == site_schema.CANARY_CHECKS
