@@ -57,7 +57,7 @@ def test_the_lab_set_answers_the_same_twice_and_a_changed_answer_is_named(vllm_s
     again = canary(vllm_server, tmp_path, lab_set, "again.json", tmp_path / "first.json")
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.count("compared with the recorded answers: passed") == 3, again.stdout
-    assert re.search(r"canary perplexity: perplexity [\d.]+ over \d+ tokens in [\d.]+ s, against [\d.]+ recorded: passed", again.stdout)
+    assert re.search(r"canary perplexity: perplexity [\d.e+]+ over \d+ tokens in [\d.]+ s, against [\d.e+]+ recorded: passed", again.stdout)
 
     recorded["answers"]["long"]["tokens"][20] ^= 1
     recorded["answers"]["perplexity"]["perplexity"] /= 2  # as if the weights before had been twice as sure
@@ -67,6 +67,6 @@ def test_the_lab_set_answers_the_same_twice_and_a_changed_answer_is_named(vllm_s
     assert "canary: long failed: differs from the recorded answer at token 20 (of 48; the first 48 must agree)" in changed.stderr
     failed = json.loads((tmp_path / "changed.json.out").read_text())["failed"]
     assert failed["long"] == ["differs from the recorded answer at token 20 (of 48; the first 48 must agree)"]
-    assert re.fullmatch(r"perplexity [\d.]+ is 2\.00 times the [\d.]+ recorded \(at most 1\.2 allowed\)", failed["perplexity"][0]), failed
+    assert re.fullmatch(r"perplexity [\d.e+]+ is 2\.00 times the [\d.e+]+ recorded \(at most 1\.2 allowed\)", failed["perplexity"][0]), failed
     for result in (first, again, changed):
         assert API_KEY not in result.stdout + result.stderr
