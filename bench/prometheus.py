@@ -1,6 +1,7 @@
 """The Prometheus view of a benchmark's run: what the deploy's recording rules (dual_spark:*)
 recorded on the head while the run lasted, kept beside the benchmark's own figures. Prometheus is
-asked right after the run, over the run's length (its own clock, not this machine's)."""
+asked once its rules have seen the run's end (bench.serving waits two of the site's metrics
+intervals), over the run's length and that wait (its own clock, not this machine's)."""
 
 from __future__ import annotations
 

@@ -17,6 +17,7 @@ raw JSON file per run.
 from __future__ import annotations
 
 import json
+import time
 from contextlib import ExitStack
 from datetime import UTC, datetime
 from urllib.parse import urlparse
@@ -85,7 +86,11 @@ def main(url, model, api_key_env, api_key_file, cluster, accept_new_host_key, si
         measured = run_benchmark(endpoint, prompts, concurrencies, groups, max_tokens, ignore_eos)
         samples = {spec: parse_nvidia_smi_csv(stream.stop()) for spec, stream in streams.items()}
         seconds = (datetime.now(UTC) - started).total_seconds()
-        view = prometheus.run_window(prometheus_url.rstrip("/"), seconds) if prometheus_url else None
+        # The site's Prometheus scrapes the run's last samples and evaluates its rules over them
+        # within two of its intervals: a run shorter than that would find no rule's value yet.
+        settle = 2 * cluster.settings.metrics_interval_seconds if cluster and prometheus_url else 0
+        time.sleep(settle)
+        view = prometheus.run_window(prometheus_url.rstrip("/"), seconds + settle) if prometheus_url else None
     profile = profile or identity.get("profile", "unknown")
     record = {
         "schema_version": SCHEMA_VERSION,
