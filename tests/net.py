@@ -29,9 +29,11 @@ class QuietServer(ThreadingHTTPServer):
 
 
 def free_port() -> int:
-    """A TCP port nothing listens on now, on loopback."""
+    """A TCP port nothing listens on now, on any address. Tests bind one port on several loopback
+    addresses (a head's and its workers'), and a port free on 127.0.0.1 may be held on 127.0.0.2
+    by a test in another process; the wildcard bind is refused while any address holds it."""
     with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
+        probe.bind(("0.0.0.0", 0))
         return probe.getsockname()[1]
 
 
