@@ -78,15 +78,31 @@ def first_difference(tokens: list[int], recorded: list[int]) -> int | None:
     return None if len(tokens) == len(recorded) else min(len(tokens), len(recorded))
 
 
+def completed(url: str, key: str, canary: dict, body: dict, timeout: float) -> dict:
+    """The first choice of one canary's completion request; a CanaryError saying what the API
+    answered when it was not 200."""
+    status, found = call(url, key, "/v1/completions", body, timeout)
+    if status != 200:
+        message = found.get("error", {}).get("message") if isinstance(found.get("error"), dict) else found.get("message")
+        raise CanaryError(f"{canary['name']}: the API answered {status}: {str(message or found)[:200]}")
+    return found["choices"][0]
+
+
+def request(canary: dict) -> dict:
+    """What makes a greedy canary's answer: two answers are compared only when it is the same."""
+    return {"prompt": canary["prompt"], "max_tokens": canary["max_tokens"], "ignore_eos": canary.get("ignore_eos", False)}
+
+
+def comparable(canary: dict, recorded: dict | None) -> bool:
+    """Whether ``recorded`` is a greedy answer to the same request as ``canary``'s (a site that
+    changed a canary's prompt or length has nothing to compare it with yet)."""
+    return isinstance(recorded, dict) and isinstance(recorded.get("tokens"), list) and all(
+        recorded.get(field) == value for field, value in request(canary).items())
+
+
 def answer(url: str, key: str, model: str, canary: dict, timeout: float) -> dict:
     """One canary's greedy completion: its text and token IDs (vLLM's return_token_ids)."""
-    status, body = call(url, key, "/v1/completions", {"model": model, "prompt": canary["prompt"], "max_tokens": canary["max_tokens"],
-                                                       "temperature": 0, "ignore_eos": canary.get("ignore_eos", False),
-                                                       "return_token_ids": True}, timeout)
-    if status != 200:
-        message = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else body.get("message")
-        raise CanaryError(f"{canary['name']}: the API answered {status}: {str(message or body)[:200]}")
-    choice = body["choices"][0]
+    choice = completed(url, key, canary, {"model": model, **request(canary), "temperature": 0, "return_token_ids": True}, timeout)
     if choice.get("token_ids") is None:
         raise CanaryError(f"{canary['name']}: the API returned no token IDs (vLLM's return_token_ids): the image's vLLM is too old")
     return {"text": choice["text"], "tokens": choice["token_ids"]}
@@ -94,11 +110,11 @@ def answer(url: str, key: str, model: str, canary: dict, timeout: float) -> dict
 
 def checked(canary: dict, got: dict, recorded: dict | None, agree_tokens: int) -> list[str]:
     """What fails in one canary's answer: the rules, then the comparison with ``recorded`` (the
-    same canary's answer in the state before, on the same weights) over its first
-    ``agree_tokens`` tokens."""
+    same canary's answer in the state before, on the same weights, to the same request) over its
+    first ``agree_tokens`` tokens."""
     checks = tuple(canary.get("checks", CHECKS))
     failures = ill_formed(got["text"], got["tokens"], checks)
-    if "greedy" in checks and recorded is not None and "tokens" in recorded and recorded.get("max_tokens") == canary["max_tokens"]:
+    if "greedy" in checks and comparable(canary, recorded):
         differs = first_difference(got["tokens"][:agree_tokens], recorded["tokens"][:agree_tokens])
         if differs is not None:
             failures.append(f"{DIFFERS} at token {differs} "
@@ -109,12 +125,8 @@ def checked(canary: dict, got: dict, recorded: dict | None, agree_tokens: int) -
 def scored(url: str, key: str, model: str, canary: dict, timeout: float) -> dict:
     """A perplexity canary's text scored by the model: exp of the mean negative log-probability
     of each of its tokens after the first (vLLM's prompt_logprobs), and how many were scored."""
-    status, body = call(url, key, "/v1/completions", {"model": model, "prompt": canary["prompt"], "max_tokens": 1, "temperature": 0,
-                                                       "prompt_logprobs": 0, "return_token_ids": True}, timeout)
-    if status != 200:
-        message = body.get("error", {}).get("message") if isinstance(body.get("error"), dict) else body.get("message")
-        raise CanaryError(f"{canary['name']}: the API answered {status}: {str(message or body)[:200]}")
-    choice = body["choices"][0]
+    choice = completed(url, key, canary, {"model": model, "prompt": canary["prompt"], "max_tokens": 1, "temperature": 0,
+                                          "prompt_logprobs": 0, "return_token_ids": True}, timeout)
     tokens, logprobs = choice.get("prompt_token_ids") or [], choice.get("prompt_logprobs") or []
     found = [entry[str(token)]["logprob"] for token, entry in zip(tokens, logprobs) if entry and str(token) in entry]
     if not found:
@@ -181,9 +193,9 @@ def run(url: str, key: str, canaries: list[dict], recorded: dict, agree_tokens: 
             continue
         got, failures[canary["name"]] = settled(canary, recorded.get(canary["name"]), agree_tokens,
                                                 functools.partial(answer, url, key, model, canary, timeout))
-        answers[canary["name"]] = {**got, "max_tokens": canary["max_tokens"]}
+        answers[canary["name"]] = {**got, **request(canary)}
         verdict = "; ".join(failures[canary["name"]]) or "passed"
-        compared = "compared with the recorded answers" if "tokens" in recorded.get(canary["name"], {}) else "no answer of these weights recorded"
+        compared = "compared with the recorded answers" if comparable(canary, recorded.get(canary["name"])) else "no answer of these weights recorded"
         print(f"canary {canary['name']}: {len(got['tokens'])} tokens in {time.monotonic() - started:.1f} s, {compared}: {verdict}", flush=True)
     return answers, failures
 

@@ -12,6 +12,12 @@ from lab.vllm_sitecustomize import wrong_after
 from serving_data import defaults
 
 ANSWER = [514, 1311, 1746, 165, 143, 355, 1032, 1783, 1040, 653] * 3  # a period of 10: longer than LOOP_PERIOD
+PROMPT = "def is_prime(n: int) -> bool:\n"
+
+
+def recorded_answer(tokens: list[int], max_tokens: int = len(ANSWER), prompt: str = PROMPT) -> dict:
+    """An answer as the canary records it: its request and its tokens."""
+    return {"prompt": prompt, "max_tokens": max_tokens, "ignore_eos": False, "tokens": tokens}
 
 
 def test_an_answer_with_no_loop_at_its_end_passes():
@@ -59,9 +65,8 @@ def test_the_first_difference_is_the_first_position_that_differs_or_the_shorter_
 
 
 def checked(tokens: list[int], recorded: list[int] | None, agree: int, checks=canary.CHECKS) -> list[str]:
-    spec = {"name": "long", "max_tokens": len(ANSWER), "checks": list(checks)}
-    return canary.checked(spec, {"text": "text", "tokens": tokens}, None if recorded is None else
-                          {"tokens": recorded, "max_tokens": len(ANSWER)}, agree)
+    spec = {"name": "long", "prompt": PROMPT, "max_tokens": len(ANSWER), "checks": list(checks)}
+    return canary.checked(spec, {"text": "text", "tokens": tokens}, None if recorded is None else recorded_answer(recorded), agree)
 
 
 def test_a_greedy_answer_must_agree_with_the_recorded_one_over_agree_tokens():
@@ -75,11 +80,11 @@ def test_a_greedy_answer_must_agree_with_the_recorded_one_over_agree_tokens():
 
 @pytest.mark.parametrize("second, failed", [("agrees", False), ("differs again", True)])
 def test_a_greedy_answer_that_differs_is_asked_again_once_and_counts_only_if_it_differs_again(second, failed):
-    spec = {"name": "long", "max_tokens": len(ANSWER)}
+    spec = {"name": "long", "prompt": PROMPT, "max_tokens": len(ANSWER)}
     changed = {"text": "t", "tokens": ANSWER[:5] + [ANSWER[5] ^ 1] + ANSWER[6:]}
     answers = iter([changed, {"text": "t", "tokens": list(ANSWER)} if second == "agrees" else changed])
     asked = []
-    got, failures = canary.settled(spec, {"tokens": ANSWER, "max_tokens": len(ANSWER)}, 30, lambda: asked.append(1) or next(answers))
+    got, failures = canary.settled(spec, recorded_answer(ANSWER), 30, lambda: asked.append(1) or next(answers))
     assert len(asked) == 2 and bool(failures) == failed
     assert got["tokens"] == (changed["tokens"] if failed else ANSWER)
     assert failures == ([f"differs from the recorded answer at token 5 (of {len(ANSWER)}; the first 30 must agree)"] if failed else [])
@@ -87,14 +92,19 @@ def test_a_greedy_answer_that_differs_is_asked_again_once_and_counts_only_if_it_
 
 def test_an_answer_that_agrees_or_breaks_a_rule_is_asked_once():
     asked = []
-    spec = {"name": "long", "max_tokens": 100}
+    spec = {"name": "long", "prompt": PROMPT, "max_tokens": 100}
     got, failures = canary.settled(spec, None, 30, lambda: asked.append(1) or {"text": "t", "tokens": [7] * 100})
     assert len(asked) == 1 and failures[0].startswith("runaway repetition")
 
 
-def test_a_recorded_answer_of_another_length_is_no_reference():
-    spec = {"name": "long", "max_tokens": 30}
-    assert canary.checked(spec, {"text": "t", "tokens": ANSWER}, {"tokens": ANSWER[:5], "max_tokens": 5}, 30) == []
+@pytest.mark.parametrize("recorded", [recorded_answer(ANSWER[:5], max_tokens=5), recorded_answer(ANSWER[:5], 30, "another prompt"),
+                                      {**recorded_answer(ANSWER[:5], 30), "ignore_eos": True}, {"tokens": ANSWER[:5], "max_tokens": 30}],
+                         ids=["another length", "another prompt", "ignore_eos", "its request not recorded"])
+def test_a_recorded_answer_to_another_request_is_no_reference(recorded):
+    """A site that changed a canary has no answer to compare it with until a state records one."""
+    spec = {"name": "long", "prompt": PROMPT, "max_tokens": 30}
+    assert canary.checked(spec, {"text": "t", "tokens": ANSWER}, recorded, 30) == []
+    assert canary.checked(spec, {"text": "t", "tokens": ANSWER}, recorded_answer(ANSWER[:5], 30), 30) != []
 
 
 def test_the_greedy_reference_is_of_the_same_weights_alone_and_a_perplexity_of_any(tmp_path):
