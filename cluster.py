@@ -126,6 +126,7 @@ class Canary:
     ignore_eos: bool = False
     checks: tuple[str, ...] = ("answer", "text", "loop", "greedy")  # none for a perplexity canary
     perplexity: bool = False  # the prompt is a text the model's perplexity is measured over
+    watch: bool = False  # asked again while the head serves, its answer compared with the recorded one (files/dual_spark/answers.py)
 
 
 @dataclass(frozen=True)

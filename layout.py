@@ -103,13 +103,17 @@ COLLECTOR_USER = "dual-spark-metrics"
 TEXTFILE_DIR = "/var/lib/dual-spark-metrics"
 TEXTFILE = f"{TEXTFILE_DIR}/dual-spark.prom"
 COLLECTOR_STATE = f"{TEXTFILE_DIR}/.dual-spark-collector.json"  # the starts the collector has seen (not *.prom: not read)
+# On the head, the watch of the answers while it serves (files/dual_spark/answers.py) runs as the
+# collector's user, with the API key as a systemd credential, and writes a textfile of its own.
+ANSWERS_TEXTFILE = f"{TEXTFILE_DIR}/dual-spark-answers.prom"
 UNITS = {"prometheus": "prometheus", "node_exporter": "prometheus-node-exporter", "collector": "dual-spark-metrics",
-         "alertmanager": "prometheus-alertmanager"}
+         "alertmanager": "prometheus-alertmanager", "answers": "dual-spark-answers"}
 UNIT_FILES = {
     "prometheus": "/etc/systemd/system/prometheus.service.d/50-dual-spark.conf",
     "alertmanager": "/etc/systemd/system/prometheus-alertmanager.service.d/50-dual-spark.conf",
     "node_exporter": "/etc/systemd/system/prometheus-node-exporter.service.d/50-dual-spark.conf",
     "collector": "/etc/systemd/system/dual-spark-metrics.service",
+    "answers": "/etc/systemd/system/dual-spark-answers.service",
 }
 # The front door (tasks/door.py, docs/front-door.md): the OS's HAProxy on the head, run by a
 # drop-in of its Debian unit with the deploy's configuration; vLLM listens behind it on loopback.

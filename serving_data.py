@@ -80,7 +80,7 @@ def _canary(name: str, spec: dict, error) -> None:
     if "prompt" not in spec:
         error(f"{where}.prompt", None, "write the prompt the canary completes")
     if spec.get("perplexity"):
-        if any(key in spec for key in ("max_tokens", "long", "ignore_eos", "checks")):
+        if any(key in spec for key in ("max_tokens", "long", "ignore_eos", "checks", "watch")):
             error(where, sorted(spec), "a perplexity canary scores its prompt alone: give it prompt and perplexity = true, nothing else")
         spec["checks"] = ()
         return
@@ -88,6 +88,8 @@ def _canary(name: str, spec: dict, error) -> None:
         error(where, sorted(spec), "give its length one way: max_tokens, or long = true (canary_long_tokens)")
     if "checks" in spec:
         spec["checks"] = tuple(spec["checks"])
+    if spec.get("watch") and "greedy" not in spec.get("checks", schema.CANARY_CHECKS):
+        error(f"{where}.watch", True, "a watched canary is compared with its recorded greedy answer: list greedy in its checks, or leave watch out")
 
 
 def _image(name: str, spec: dict, error) -> None:

@@ -682,6 +682,7 @@ CANARY = {
     "checks": Key(list, "list what its answer is checked for", lambda v: None if v else "list at least one check",
                   item=text(one_of(*CANARY_CHECKS))),
     "perplexity": Key(bool, "use true (the prompt is a text the model's perplexity is measured over) or leave it out"),
+    "watch": Key(bool, "use true (asked again every canary_watch_seconds while it serves) or false"),
 }
 
 # Every site setting, declared once: its default, its rule (a Key: kind, bounds, the fix) and what
@@ -733,6 +734,9 @@ SETTINGS = {
     "canary_agree_tokens": setting(64, Key(int, "use a whole number", between(0, 1_048_576, "use 0 to 1048576 tokens")),
                                    "how many first tokens of each greedy canary must equal the state before's on the same weights "
                                    "(beyond them: numerical drift; not measured on Sparks)"),
+    "canary_watch_seconds": setting(300, positive(86_400, "use 1 to 86400 seconds"),
+                                    "how often the head asks each canary with watch = true again while it serves, and compares "
+                                    "its answer with the recorded one (a change is an alert, never a restart)"),
     "serving_env": setting({"NCCL_NET": "IB", "NCCL_IB_DISABLE": "0", "NCCL_CROSS_NIC": "1", "NCCL_NVLS_ENABLE": "0",
                             "VLLM_DSPARK_GPU_REJECTED_CONTEXT_MASK": "1", "VLLM_USE_BREAKABLE_CUDAGRAPH": "0", "VLLM_USE_B12X_MOE": "1",
                             "VLLM_USE_B12X_WO_PROJECTION": "1", "TORCH_CUDA_ARCH_LIST": "12.1a", "HF_HUB_OFFLINE": "1"},

@@ -18,13 +18,15 @@ GRAFANA_CONTAINER = GRAFANA_PROJECT
 
 
 def services(role: str) -> list[str]:
-    """The units of a node of ``role``: the node exporter and the collector, and Prometheus on the head."""
-    return [UNITS["prometheus"]] * (role == "head") + [UNITS["node_exporter"], UNITS["collector"]]
+    """The units of a node of ``role``: the node exporter and the collector, and Prometheus and the
+    watch of the answers on the head."""
+    return [UNITS["prometheus"]] * (role == "head") + [UNITS["node_exporter"], UNITS["collector"]] + [UNITS["answers"]] * (role == "head")
 
 
 def config_paths(role: str) -> list[str]:
     """The files the deploy writes for observability on a node of ``role``, and the collector's directory."""
-    units = [UNIT_FILES["prometheus"]] * (role == "head") + [UNIT_FILES["node_exporter"], UNIT_FILES["collector"]]
+    units = ([UNIT_FILES["prometheus"]] * (role == "head") + [UNIT_FILES["node_exporter"], UNIT_FILES["collector"]]
+             + [UNIT_FILES["answers"]] * (role == "head"))
     return units + [f"{PROMETHEUS_DIR}/{name}" for name in CONFIG_FILES] * (role == "head") + [TEXTFILE_DIR]
 
 

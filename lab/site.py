@@ -37,6 +37,7 @@ PROFILES = ("adaptive", "fast", "long-c4")
 # group_data/serving.toml's canaries, at the lab's lengths (a CPU pair, probed as it serves, decodes about 8 tokens a second)
 CANARIES = {"code": {"max_tokens": 12}, "fabric": {"max_tokens": 8}, "long": {"ignore_eos": True}, "perplexity": {}}
 LAB_CANARY_TOKENS = 48
+ANSWER_FAULT_FILE = "/tmp/sparklab-answer-fault"  # in a vLLM container's own layer
 LAB_WINDOW = 65536  # the tiny model's position limit; its KV cache is 2 KiB a token
 
 
@@ -70,7 +71,9 @@ def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = 
         # vLLM's cache is the deploy's (state_dir/cache, per image), as on a Spark: a node's first
         # start of an image inspects the model's class in a fresh Python importing vLLM, later ones
         # read what it wrote (lab.config.VLLM_CACHE is the smoke test's and tests/serving's only).
-        "container_env": dict(VLLM_ENV),
+        # The lab's fault of the answers, switched on under a running vLLM by writing this file in a
+        # container (lab/vllm_sitecustomize.py); no file, no fault.
+        "container_env": {**VLLM_ENV, "SPARKLAB_ANSWER_FAULT_FILE": ANSWER_FAULT_FILE},
         "vllm_extra_args": VLLM_ARGS,
         "speculative_method": "ngram",
         "speculative_options": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},
@@ -86,6 +89,9 @@ def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = 
         # drift between profiles to tolerate).
         "canary_long_tokens": LAB_CANARY_TOKENS,
         "canary_agree_tokens": LAB_CANARY_TOKENS,
+        # The watch of the answers while it serves: a round a minute (a test asks for one now by
+        # restarting it), so that the benchmarks' CPU is not shared with it.
+        "canary_watch_seconds": 60,
     })
     lines += table("model", {"path": LAB_MODEL, "served_name": "tiny", "tokenizer_mode": "auto",
                              "tool_call_parser": "hermes", "reasoning_parser": ""})

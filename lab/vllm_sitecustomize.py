@@ -15,7 +15,9 @@ health probe) start as they would on a Spark, whose image nothing here changes.
 - A lab fault, only where the lab's tests set SPARKLAB_ANSWER_FAULT in a container's environment:
   every answer goes wrong after N tokens while the API stays green ("shift:N", each token then
   the next ID over; "repeat:N", the Nth token again and again), as the client sees it (the
-  tokens vLLM's output processor hands on). The canaries must catch it."""
+  tokens vLLM's output processor hands on). The canaries must catch it. The same fault switched
+  on under a running vLLM: SPARKLAB_ANSWER_FAULT_FILE names a file (the lab's site sets it in
+  every container) read at each step, its text the fault; no file, no fault."""
 
 import gc
 import importlib.abc
@@ -28,6 +30,7 @@ import time
 START_UP = 240  # seconds: a four-node lab's start on two busy cores, and some room
 PLATFORM = "vllm.platforms.cpu"
 ANSWER_FAULT = "SPARKLAB_ANSWER_FAULT"
+ANSWER_FAULT_FILE = "SPARKLAB_ANSWER_FAULT_FILE"
 OUTPUT_PROCESSOR = "vllm.v1.engine.output_processor"
 
 
@@ -79,21 +82,34 @@ def wrong_after(kind: str, after: int, sent: list[int], new: list[int]) -> list[
     return wrong
 
 
+def parsed_fault(fault: str) -> tuple[str, int]:
+    kind, _, after = fault.strip().partition(":")
+    if kind not in ("shift", "repeat") or not after.isdigit() or int(after) < 1:
+        raise ValueError(f"{ANSWER_FAULT}={fault!r}: use shift:N or repeat:N, N at least 1")
+    return kind, int(after)
+
+
+def fault_in(path: str):
+    """The fault the file at ``path`` says now; None without the file."""
+    try:
+        with open(path) as handle:
+            return parsed_fault(handle.read())
+    except FileNotFoundError:
+        return None
+
+
 class WrongAnswers(importlib.abc.MetaPathFinder):
     """Finds vllm.v1.engine.output_processor as Python would; its OutputProcessor then makes
-    every answer wrong past a number of tokens (ANSWER_FAULT)."""
+    every answer wrong past a number of tokens, as ``fault()`` says at each step (None: none)."""
 
-    def __init__(self, fault: str):
-        kind, _, after = fault.partition(":")
-        if kind not in ("shift", "repeat") or not after.isdigit() or int(after) < 1:
-            raise ValueError(f"{ANSWER_FAULT}={fault!r}: use shift:N or repeat:N, N at least 1")
-        self.kind, self.after = kind, int(after)
+    def __init__(self, fault):
+        self.fault = fault
 
     def find_spec(self, name, path, target=None):
         if name != OUTPUT_PROCESSOR:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
-        run, kind, after = spec.loader.exec_module, self.kind, self.after
+        run, fault = spec.loader.exec_module, self.fault
 
         def exec_module(module):
             run(module)
@@ -101,9 +117,11 @@ class WrongAnswers(importlib.abc.MetaPathFinder):
             sent: dict[str, list[int]] = {}
 
             def process_outputs(self, engine_core_outputs, *args, **kwargs):
+                found = fault()
                 for output in engine_core_outputs:
                     so_far = sent.setdefault(output.request_id, [])
-                    output.new_token_ids = wrong_after(kind, after, so_far, list(output.new_token_ids))
+                    if found is not None:
+                        output.new_token_ids = wrong_after(*found, so_far, list(output.new_token_ids))
                     so_far += output.new_token_ids
                     if output.finish_reason is not None:
                         sent.pop(output.request_id, None)
@@ -130,4 +148,7 @@ if runs_vllm(sys.orig_argv):
     if os.environ.get("VLLM_WORKER_MULTIPROC_METHOD") == "fork":
         sys.meta_path.insert(0, KeepFork())
     if os.environ.get(ANSWER_FAULT):
-        sys.meta_path.insert(0, WrongAnswers(os.environ[ANSWER_FAULT]))
+        constant = parsed_fault(os.environ[ANSWER_FAULT])
+        sys.meta_path.insert(0, WrongAnswers(lambda: constant))
+    elif os.environ.get(ANSWER_FAULT_FILE):
+        sys.meta_path.insert(0, WrongAnswers(lambda: fault_in(os.environ[ANSWER_FAULT_FILE])))

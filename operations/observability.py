@@ -28,6 +28,7 @@ from files.dual_spark.silence import QUIET
 from layout import (
     ALERTMANAGER_CONFIG,
     ALERTMANAGER_STORAGE,
+    ANSWERS_TEXTFILE,
     COLLECTOR_STATE,
     COLLECTOR_USER,
     DOOR,
@@ -300,6 +301,12 @@ def observability_settings(cluster: Cluster, hostname: str) -> ObservabilitySett
         files[UNIT_FILES["alertmanager"]] = render("observability/alertmanager.conf.j2", config=ALERTMANAGER_CONFIG,
                                                    port=settings.alertmanager_port, storage=ALERTMANAGER_STORAGE)
         files[ALERTMANAGER_CONFIG] = alertmanager_config(cluster)
+        watched = sorted(name for name, canary in cluster.canaries.items() if canary.watch) if settings.canaries else []
+        files[UNIT_FILES["answers"]] = render("observability/dual-spark-answers.service.j2", every=settings.canary_watch_seconds,
+                                              canaries=watched, digest=digest("answers.py")[:16], user=COLLECTOR_USER,
+                                              key_file=where["api_key"], programs=where["programs"], url=f"http://{VLLM_HOST}:{settings.vllm_port}",
+                                              stack_dir=settings.stack_dir, planned=where["planned"], agree_tokens=settings.canary_agree_tokens,
+                                              textfile=ANSWERS_TEXTFILE, textfile_dir=TEXTFILE_DIR)
         if settings.grafana_image:
             files |= grafana_files(cluster, grafana_dir)
     return ObservabilitySettings(
@@ -350,7 +357,8 @@ def exporters_running(settings: ObservabilitySettings):
     On every node: the OS's node exporter on the node's rail 0 address (a drop-in of its unit:
     never the management LAN), and the deploy's collector of Spark metrics (its own unit, running
     `dual-spark.pyz metrics collect` as its own user) writing the exporter's textfile in its own
-    directory. The unit files are written, and systemd told, before the package is installed, so
+    directory; on the head, the watch of the answers (`dual-spark.pyz answers watch`, as the
+    collector's user, the API key its credential) writing one more textfile there. The unit files are written, and systemd told, before the package is installed, so
     its first start listens where they say; each service restarts only when its unit file
     changed, its package is new (the collector: its user or directory), or it is not running.
 
@@ -364,7 +372,7 @@ def exporters_running(settings: ObservabilitySettings):
     """
     reading = read(host, ObservabilityState, **reading_arguments(settings))
     files = reading["files"]["files"]
-    units = {UNITS["node_exporter"]: UNIT_FILES["node_exporter"], UNITS["collector"]: UNIT_FILES["collector"]}
+    units = {UNITS[name]: UNIT_FILES[name] for name in ("node_exporter", "collector", "answers") if UNIT_FILES[name] in settings.files}
     commands, changed_paths = units_put({path: settings.files[path] for path in units.values()}, files)
     changed = {unit for unit, path in units.items() if path in changed_paths}
     new = list(installed(reading, ["prometheus-node-exporter"]))
@@ -375,7 +383,7 @@ def exporters_running(settings: ObservabilitySettings):
         why = "its unit file changed" if unit in changed else None
         if new and unit == UNITS["node_exporter"]:
             why = "its package is new"
-        if home and unit == UNITS["collector"] and why is None:
+        if home and unit in (UNITS["collector"], UNITS["answers"]) and why is None:
             why = "its user or directory changed"
         commands += running(unit, service(reading, unit), why)
     if not commands:

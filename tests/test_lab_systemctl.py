@@ -1,7 +1,8 @@
 """The lab's stand-in for systemctl (lab/factory/usr/local/sbin/systemctl), which runs the units
 the deploy manages on nodes without systemd: it reads a unit and its drop-ins as systemd does (an
 empty ExecStart= resets, EnvironmentFile=, ${VAR} and $VAR), supervises the process as Restart=
-says, sends SIGHUP on reload and reports is-active, is-enabled and show; run here on a tree of its own."""
+says, hands a unit its LoadCredential= files, sends SIGHUP on reload and reports is-active,
+is-enabled and show; run here on a tree of its own."""
 
 import os
 import signal
@@ -97,3 +98,19 @@ def test_show_reads_as_is_active_and_is_enabled_say(root):
     assert units == {name: {"active": systemctl(root, "is-active", name).stdout.strip(),
                             "enabled": systemctl(root, "is-enabled", name).stdout.strip() or "unknown"} for name in names}
     assert units["demo"] == {"active": "active", "enabled": "enabled"} and units["broken"]["active"] == "failed"
+
+
+def test_a_credential_is_copied_for_the_unit_alone_and_named_by_percent_d(root):
+    """As systemd's LoadCredential=: the file copied at the start into a directory of the unit's
+    own, readable by its user alone, which %d names on its command line."""
+    (root / "secret").write_text("sk-lab\n")
+    (root / "etc/systemd/system/keyed.service").write_text(
+        f"[Service]\nLoadCredential=api-key:{root}/secret\nExecStart={sys.executable} {root}/service.py {root}/keyed %d/api-key\n")
+    try:
+        assert systemctl(root, "start", "keyed").returncode == 0
+        wait_for(lambda: (root / "keyed").exists())
+        given = Path((root / "keyed").read_text().strip())
+        assert given == root / "run/credentials/keyed.service/api-key" and given.read_text() == "sk-lab\n"
+        assert oct(given.stat().st_mode & 0o777) == "0o400" and oct(given.parent.stat().st_mode & 0o777) == "0o500"
+    finally:
+        systemctl(root, "stop", "keyed")

@@ -137,6 +137,24 @@ def test_the_collector_runs_as_its_own_user_and_may_write_only_what_it_writes(ho
     assert f"--collector.textfile.directory={TEXTFILE_DIR}" in exporter.split()
 
 
+def test_the_watch_of_the_answers_runs_on_the_head_alone_as_the_collectors_user_with_the_key_as_a_credential():
+    """Its sandbox is the collector's, with loopback its only network: it writes its textfile in
+    the collector's directory alone, reads the key from the credential systemd hands it (the key's
+    path in no argument, its value in no file the deploy writes), and asks vLLM behind the door."""
+    pair = site("pair")
+    assert UNIT_FILES["answers"] not in observability_settings(pair, "spark-worker").files
+    unit = unit_settings(observability_settings(pair, "spark-head").files[UNIT_FILES["answers"]])
+    command = unit["ExecStart"][-1].split()
+    assert unit["User"] == unit["Group"] == [COLLECTOR_USER] and unit["CapabilityBoundingSet"] == [""]
+    assert unit["ProtectSystem"] == ["strict"] and unit["ReadWritePaths"] == [TEXTFILE_DIR]
+    assert Path(command[command.index("--out") + 1]).parent == Path(TEXTFILE_DIR)
+    assert unit["LoadCredential"] == ["api-key:/var/lib/dual-spark/api-key"] and command[command.index("--key-file") + 1] == "%d/api-key"
+    assert unit["IPAddressAllow"] == ["localhost"] and unit["IPAddressDeny"] == ["any"]
+    assert command[command.index("--url") + 1] == f"http://127.0.0.1:{pair.settings.vllm_port}"
+    watched = [command[i + 1] for i, word in enumerate(command) if word == "--canary"]
+    assert watched == sorted(name for name, canary in pair.canaries.items() if canary.watch) and watched
+
+
 def labels_of(series: str) -> dict[str, str]:
     name, _, rest = series.partition("{")
     return {"__name__": name, **dict(re.findall(r'(\w+)="([^"]*)"', rest))}
@@ -366,6 +384,13 @@ FAULTS = {
     }),
     # Everything its exporter served ends with it: only NodeDown says so (its textfile, GPU and rails
     # are not judged stale or missing on a node no one can read).
+    # The head's watch of the answers compares the fabric canary every scrape: from 5:00 it differs
+    # from token 5 (asked twice); at 10:00 it agrees again.
+    "answers changed while serving": (replaced(serving(), s("dual_spark_answers_first_difference_tokens", {**HEAD_NODE, "canary": "fabric"},
+                                                            "_x20 5x20 stale")), {
+        "DualSparkAnswersChanged": ([10.5, 11, 16], [(5, [{**HEAD, "canary": "fabric", "$value": "5"}]),
+                                                     (8, [{**HEAD, "canary": "fabric", "$value": "5"}])]),
+    }),
     "a node gone": (replaced(cut(serving(), WORKER_NODE), s("up", WORKER_NODE, "1x20 0x60")), {
         "DualSparkNodeDown": ([5], [(7, [WORKER_NODE])]),
     }),

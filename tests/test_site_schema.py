@@ -240,6 +240,10 @@ USER_MISTAKES = [
     (with_("canary.perplexity.perplexity", "yes"), "canary.perplexity.perplexity"),
     (with_("settings.canary_perplexity_ratio", 1.0), "settings.canary_perplexity_ratio"),
     (with_("settings.canary_agree_tokens", -1), "settings.canary_agree_tokens"),
+    (with_("canary.perplexity.watch", True), "canary.perplexity"),
+    (with_("canary.mine", {"prompt": "p", "max_tokens": 8, "checks": ["answer"], "watch": True}), "canary.mine.watch"),
+    (with_("canary.code.watch", "yes"), "canary.code.watch"),
+    (with_("settings.canary_watch_seconds", 0), "settings.canary_watch_seconds"),
 ]
 
 
@@ -249,8 +253,11 @@ def test_a_user_mistake_is_refused_naming_the_field(document, field):
 
 
 def test_a_sites_canary_is_added_and_one_of_the_sets_changed_in_its_length():
-    """The control case of the canaries' mistakes: a canary added, and the long one given a length."""
-    site = load(with_("canary.mine", {"prompt": "p", "max_tokens": 8, "checks": ["answer"]}, with_("canary.long", {"max_tokens": 100})))
+    """The control case of the canaries' mistakes: a canary added, the long one given a length,
+    and code no longer watched while it serves."""
+    site = load(with_("canary.mine", {"prompt": "p", "max_tokens": 8, "checks": ["answer"]},
+                      with_("canary.long", {"max_tokens": 100}, with_("canary.code.watch", False))))
+    assert [name for name, canary in sorted(site.canaries.items()) if canary.watch] == ["fabric"]
     assert site.canaries["mine"].max_tokens == 8 and site.canaries["mine"].checks == ("answer",)
     assert (site.canaries["long"].max_tokens, site.canaries["long"].long) == (100, False)
     assert sorted(site.canaries) == ["code", "fabric", "long", "mine", "perplexity"]

@@ -5,6 +5,7 @@
     progress  progress lines of a long step: a counting pipe, a command watched
     health    does the API generate a token (and vLLM's metrics)
     canary    are the API's answers still right: the canary set after a change
+    answers   are they still the recorded ones while it serves: the watched canaries, again and again
     watchdog  beside vLLM in each container: ends it when this side can no longer serve
     metrics   the node exporter's textfile of Spark metrics; the head's Prometheus read back
     stack     the states that served: one recorded, one restored and started
@@ -25,7 +26,7 @@ import importlib
 import os
 import sys
 
-PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "canary": "canary", "watchdog": "watchdog", "metrics": "metrics",
+PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "canary": "canary", "answers": "answers", "watchdog": "watchdog", "metrics": "metrics",
             "stack": "stack", "smoke": "smoke", "door": "door",
             "planned": "planned", "silence": "silence", "peers": "peers", "image": "image", "own": "own"}
 

@@ -29,6 +29,7 @@ import yaml
 
 from bench.remote import forward, head_of
 from lab import faults
+from lab import site as lab_site
 from lab.config import HEAD, METRICS_INTERVAL, NODES, WORKER
 from lab.processes import in_node
 from layout import COLLECTOR_STATE, TEXTFILE
@@ -216,6 +217,49 @@ def test_a_killed_worker_is_seen_pending_then_firing_then_cleared(prometheus, be
     assert starts and float(starts[0]["value"][1]) >= 1
     restarts = query(prometheus, 'dual_spark_vllm_container_restarts_total{node="spark-worker"}')  # Docker's count: not a deploy's
     assert restarts and float(restarts[0]["value"][1]) >= 1, restarts
+
+
+def containers() -> dict[str, str]:
+    """Each node's vLLM container, its ID and start: another after any restart."""
+    return {node.hostname: in_node(node.dir, "docker", "inspect", "-f", "{{.Id}} {{.State.StartedAt}}", "dual-spark-vllm",
+                                   capture_output=True).stdout.strip() for node in NODES.values()}
+
+
+def firing_answers(prometheus: str) -> dict[str, str]:
+    """The canaries DualSparkAnswersChanged fires for, with the token each changed from."""
+    firing = {alert["labels"]["canary"] for alert in query(prometheus, 'ALERTS{alertname="DualSparkAnswersChanged", alertstate="firing"}')}
+    tokens = {found["metric"]["canary"]: found["value"][1] for found in query(prometheus, "dual_spark_answers_first_difference_tokens")}
+    return {name: tokens.get(name, "?") for name in firing}
+
+
+def test_answers_that_change_while_serving_fire_an_alert_and_restart_nothing(prometheus, benchmarked):
+    """The lab's fault switched on under the running vLLM (its file written in the head's
+    container): every answer goes wrong from token 3 while the API stays green. The head's watch
+    of the answers, asked for a round now (its restart), finds each watched canary changed twice
+    in a row; the alert fires for each, with the token; nothing restarts. The fault gone, the next
+    round agrees and the alert clears."""
+    assert serving_after(120) < 120
+    assert active(HEAD, "dual-spark-answers") == "active"
+    before = containers()
+    log = HEAD.root / "var/log/sparklab-units/dual-spark-answers.service.log"
+    in_node(HEAD.dir, "docker", "exec", "dual-spark-vllm", "sh", "-c", f"echo shift:3 > {lab_site.ANSWER_FAULT_FILE}")
+    try:
+        in_node(HEAD.dir, "systemctl", "restart", "dual-spark-answers")
+        deadline = time.monotonic() + 120
+        while firing_answers(prometheus) != {"code": "3", "fabric": "3"}:
+            assert time.monotonic() < deadline, f"answers changed, and in two minutes the alert fired for {firing_answers(prometheus)}; " \
+                                                f"the watch said: {log.read_text()[-2000:] if log.exists() else 'nothing'}"
+            time.sleep(2)
+    finally:
+        in_node(HEAD.dir, "docker", "exec", "dual-spark-vllm", "rm", "-f", lab_site.ANSWER_FAULT_FILE)
+    assert "answers: answers changed while serving: code from token 3, fabric from token 3" in log.read_text()
+    assert query(prometheus, 'up{job="vllm"} == 1'), "the API went down: the fault was to keep it green"
+    in_node(HEAD.dir, "systemctl", "restart", "dual-spark-answers")
+    deadline = time.monotonic() + 120
+    while query(prometheus, 'ALERTS{alertname="DualSparkAnswersChanged"}'):
+        assert time.monotonic() < deadline, "DualSparkAnswersChanged still firing two minutes after the answers came right"
+        time.sleep(2)
+    assert containers() == before, "a change of the answers restarted vLLM: a person decides, not the watch"
 
 
 def test_a_real_browser_shows_the_decode_series(prometheus, benchmarked):
