@@ -20,7 +20,7 @@ def per_position(series: list[tuple[dict[str, str], float]]) -> list[float]:
     """Values of a per-position metric summed over engines, position 0 first."""
     sums: dict[int, float] = {}
     for labels, value in series:
-        if labels.get("position", "").isdigit():
+        if labels.get("position", "").isdecimal():
             sums[int(labels["position"])] = sums.get(int(labels["position"]), 0.0) + value
     return [sums.get(position, 0.0) for position in range(max(sums, default=-1) + 1)]
 

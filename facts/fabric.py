@@ -62,7 +62,7 @@ class NetLinks(FactBase[Links]):
             words = line.split()
             if words[0] == "link":
                 _, name, operstate, speed, mtu = words
-                speed_mbps = int(speed) if speed.lstrip("-").isdigit() and int(speed) > 0 else None
+                speed_mbps = int(speed) if speed.lstrip("-").isdecimal() and int(speed) > 0 else None
                 links.setdefault(name, _link()).update(operstate=operstate, speed_mbps=speed_mbps, mtu=int(mtu))
             elif words[2] in ("inet", "inet6"):
                 ipaddress.ip_interface(words[3])

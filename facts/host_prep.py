@@ -83,7 +83,7 @@ class UserGroups(FactBase[Account]):
         lines = [line.strip() for line in output if line.strip()]
         if lines == ["no-such-user"]:
             return self.default()
-        if len(lines) == 2 and lines[0].isdigit():
+        if len(lines) == 2 and lines[0].isdecimal():
             return {"exists": True, "uid": int(lines[0]), "groups": lines[1].split(), "unreadable": []}
         return {**self.default(), "unreadable": lines}
 
@@ -144,12 +144,12 @@ class FileDigests(FactBase[Files]):
             kind, rest = line.split(" ", 1)
             if kind == "file":
                 mode, owner, sha256, path = rest.split(" ", 3)
-                if not mode.isdigit() or ":" not in owner or not SHA256.match(sha256):
+                if not mode.isdecimal() or ":" not in owner or not SHA256.match(sha256):
                     raise ValueError(line)
                 files[path] = {"kind": "file", "mode": mode, "owner": owner, "sha256": sha256}
             elif kind == "directory":
                 mode, owner, path = rest.split(" ", 2)
-                if not mode.isdigit() or ":" not in owner or not path.startswith("/"):
+                if not mode.isdecimal() or ":" not in owner or not path.startswith("/"):
                     raise ValueError(line)
                 files[path] = {"kind": "directory", "mode": mode, "owner": owner, "sha256": None}
             elif kind == "absent" and rest.startswith("/"):
@@ -224,7 +224,7 @@ class ManagedPaths(FactBase[Managed]):
                 info["realpath"] = line
             else:
                 mode, owner, kind = line.split(" ", 2)
-                if not mode.isdigit() or ":" not in owner or info["mode"] is not None:
+                if not mode.isdecimal() or ":" not in owner or info["mode"] is not None:
                     raise ValueError(line)
                 info.update({"kind": kind, "mode": mode, "owner": owner})
 
@@ -318,6 +318,6 @@ class SysctlValue(FactBase[SysctlReading]):
 
     def process(self, output: list[str]) -> SysctlReading:
         values = [line.strip() for line in output if line.strip()]
-        if len(values) == 1 and values[0].lstrip("-").isdigit():
+        if len(values) == 1 and values[0].lstrip("-").isdecimal():
             return {"value": int(values[0]), "unreadable": []}
         return {"value": None, "unreadable": values}

@@ -32,6 +32,6 @@ class LoginMemlock(FactBase[Memlock]):
 
     def process(self, output: list[str]) -> Memlock:
         values = [line.strip() for line in output if line.strip()]
-        if values and (values[-1] == "unlimited" or values[-1].isdigit()):
+        if values and (values[-1] == "unlimited" or values[-1].isdecimal()):
             return {"limit": values[-1], "unreadable": []}
         return {"limit": None, "unreadable": values}

@@ -58,7 +58,7 @@ class NodeState(FactBase[Readings]):
     def process(self, output: list[str]) -> Readings:
         sections = split(output)
         found = {int(words[0]): (key, fact) for key in sections
-                 if len(words := key.split(" ")) == 2 and words[0].isdigit() and words[1].count(".") == 1  # not a nested one
+                 if len(words := key.split(" ")) == 2 and words[0].isdecimal() and words[1].count(".") == 1  # not a nested one
                  and (fact := fact_named(words[1])) is not None}
         readings: list[Any] = [None] * (max(found) + 1 if found else 0)
         for index, (key, fact) in found.items():

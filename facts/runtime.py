@@ -66,7 +66,7 @@ class ImageState(FactBase[Image]):
         smoke, bad_smoke = image_id(marker[:1])
         keys, bad_keys = names(marker[1:]) if marker[1:] else (None, [])
         size = [line.strip() for line in sections.get("size", []) if line.strip()]
-        known = len(size) == 1 and size[0].isdigit()
+        known = len(size) == 1 and size[0].isdecimal()
         return {"id": found, "size": int(size[0]) if known else None, "smoke_tested": smoke, "speculative_keys": keys,
                 "unreadable": sections[""] + bad + bad_smoke + bad_keys + ([] if known else size)}
 
@@ -130,7 +130,7 @@ class ModelState(FactBase[Model]):
                 unreadable += lines
         token = [line.strip() for line in sections.get("token", []) if line.strip()]
         fields = token[0].split(" ", 2) if len(token) == 1 else []
-        if len(fields) == 3 and fields[0].isdigit():
+        if len(fields) == 3 and fields[0].isdecimal():
             reading["token"] = {"mode": fields[0], "owner": fields[1], "kind": fields[2]}
         else:
             unreadable += token

@@ -91,7 +91,7 @@ def container_reading(lines: list[str]) -> tuple[Container | None, list[str]]:
     if not found:
         return None, []
     fields = found[-1].split("|")
-    if len(fields) != 10 or not fields[3].isdigit() or not fields[8].lstrip("-").isdigit():
+    if len(fields) != 10 or not fields[3].isdecimal() or not fields[8].lstrip("-").isdecimal():
         return None, found
     return {"id": fields[0], "status": fields[1], "started": fields[2], "restarts": int(fields[3]), "stack": fields[4],
             "profile": fields[5], "image": fields[6], "health": fields[7], "exit_code": int(fields[8]),
@@ -286,14 +286,14 @@ class SecretFiles(FactBase[Secrets]):
             info = current[0]
             if kind == "file":
                 mode, owner, what = rest.split(" ", 2)
-                if not mode.isdigit():
+                if not mode.isdecimal():
                     raise ValueError(line)
                 info.update({"kind": what, "mode": mode, "owner": owner})
             elif kind == "directory":
                 info["directory"] = rest or None
             elif kind == "above":
                 mode, owner, path = rest.split(" ", 2)
-                if not mode.isdigit() or not path.startswith("/"):
+                if not mode.isdecimal() or not path.startswith("/"):
                     raise ValueError(line)
                 info["above"].append({"path": path, "mode": mode, "owner": owner})
             else:

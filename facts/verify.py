@@ -60,7 +60,7 @@ def numbered(prefix: str, fact: type[FactBase]) -> Callable[[dict[str, list[str]
     """The values of the sections "PREFIX 0", "PREFIX 1", ..., in order."""
     def value(sections: dict[str, list[str]], _: str) -> list:
         found = sorted((int(name.split()[1]), lines) for name, lines in sections.items()
-                       if name.startswith(prefix + " ") and name.split()[1].isdigit())
+                       if name.startswith(prefix + " ") and name.split()[1].isdecimal())
         return [fact().process(lines) for _, lines in found]
     return value
 

@@ -84,7 +84,7 @@ def wrong_after(kind: str, after: int, sent: list[int], new: list[int]) -> list[
 
 def parsed_fault(fault: str) -> tuple[str, int]:
     kind, _, after = fault.strip().partition(":")
-    if kind not in ("shift", "repeat") or not after.isdigit() or int(after) < 1:
+    if kind not in ("shift", "repeat") or not after.isdecimal() or int(after) < 1:
         raise ValueError(f"{ANSWER_FAULT}={fault!r}: use shift:N or repeat:N, N at least 1")
     return kind, int(after)
 

@@ -24,7 +24,7 @@ BLOCK = 1 << 20
 
 def size_of(tag: str) -> int | None:
     found = subprocess.run(["docker", "image", "inspect", "-f", "{{.Size}}", tag], capture_output=True, text=True)
-    return int(found.stdout) if found.returncode == 0 and found.stdout.strip().isdigit() else None
+    return int(found.stdout) if found.returncode == 0 and found.stdout.strip().isdecimal() else None
 
 
 def send(tag: str, peer: Peer, sender: str) -> str | None:

@@ -114,7 +114,7 @@ def gpu_readings(lines: list[str]) -> tuple[list[dict], str]:
     gpus, other = [], []
     for line in lines:
         fields = [field.strip() for field in line.split(",")]
-        if len(fields) == len(GPU_FIELDS) and fields[0].isdigit():
+        if len(fields) == len(GPU_FIELDS) and fields[0].isdecimal():
             gpus.append(dict(zip(GPU_FIELDS, fields)))
         elif line.strip():
             other.append(line.strip())
@@ -128,7 +128,7 @@ def slowdowns(lines: list[str]) -> dict[str, dict[str, float]]:
     found = {}
     for line in lines:
         fields = [field.strip() for field in line.split(",")]
-        if len(fields) != len(EVENT_FIELDS) or not fields[0].isdigit():
+        if len(fields) != len(EVENT_FIELDS) or not fields[0].isdecimal():
             continue
         values = dict(zip(EVENT_FIELDS, fields))
         try:
