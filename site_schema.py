@@ -249,7 +249,7 @@ def ssh_address(value: str) -> str | None:
         read_as = None
     if read_as is not None:
         return f"ssh reads {value!r} as the address {read_as} (octal, hex or a bare number): write {read_as}"
-    if not DNS_NAME.fullmatch(value) or value.rstrip(".").rsplit(".", 1)[-1].isdigit():
+    if not DNS_NAME.fullmatch(value) or value.rstrip(".").rsplit(".", 1)[-1].isdecimal():
         return "use the node's management IP address (dotted, e.g. 192.168.1.21) or DNS name (letters, digits, '-', '.')"
     return None
 
@@ -734,6 +734,10 @@ SETTINGS = {
     "canary_agree_tokens": setting(64, Key(int, "use a whole number", between(0, 1_048_576, "use 0 to 1048576 tokens")),
                                    "how many first tokens of each greedy canary must equal the state before's on the same weights "
                                    "(beyond them: numerical drift; not measured on Sparks)"),
+    "canary_acceptance_ratio": setting(0.5, Key(float, "use a number", above(0, 1, "use a share above 0 and at most 1")),
+                                       "after a change on the same weights and speculation, the drafts accepted at each draft "
+                                       "position over the canaries may fall to this share of the state before's (a drafter "
+                                       "whose acceptance collapses; not measured on Sparks)"),
     "canary_watch_seconds": setting(300, positive(86_400, "use 1 to 86400 seconds"),
                                     "how often the head asks each canary with watch = true again while it serves, and compares "
                                     "its answer with the recorded one (a change is an alert, never a restart)"),

@@ -14,6 +14,7 @@ from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringComm
 
 from cluster import Cluster
 from facts.serving import ServingState
+from files.dual_spark.canary import UNKNOWN
 from layout import CANARY_ANSWERS, RUN_DIR, VLLM_HOST
 from operations.peer import acts_here
 from operations.readings import Reading, plans
@@ -42,10 +43,13 @@ def canary_set(settings: StackSettings) -> list[dict]:
     return found
 
 
-def canaries(settings: StackSettings, cluster: str, model_digest: str, out: str | None = None) -> StringCommand | None:
+def canaries(settings: StackSettings, cluster: str, model_digest: str, speculation: str | None, out: str | None = None) -> StringCommand | None:
     """The head's run of the canary set on state ``cluster`` (serving the weights of
-    ``model_digest``), its answers to ``out`` (default: stack_dir/canary.json, which a record
-    keeps); None when the site runs none (canaries = false, or no canary)."""
+    ``model_digest`` with ``speculation``, its --speculative-config: "none" where it does not
+    speculate, None where the state is not the site's and its speculation is not known here, so
+    its acceptance is recorded but judged against nothing), its answers to ``out`` (default:
+    stack_dir/canary.json, which a record keeps); None when the site runs none (canaries = false,
+    or no canary)."""
     found = canary_set(settings)
     if not settings.site.canaries or not found:
         return None
@@ -54,6 +58,8 @@ def canaries(settings: StackSettings, cluster: str, model_digest: str, out: str 
                          "--key-file", QuoteString(settings.api_key_file), "--set", QuoteString(json.dumps(found)),
                          "--model-digest", model_digest, "--cluster", cluster, "--agree-tokens", str(settings.site.canary_agree_tokens),
                          "--perplexity-ratio", str(settings.site.canary_perplexity_ratio),
+                         "--speculation", QuoteString(UNKNOWN if speculation is None else speculation),
+                         "--acceptance-ratio", str(settings.site.canary_acceptance_ratio),
                          "--reference", QuoteString(f"{stack_dir}/served/{CANARY_ANSWERS}"),
                          "--out", QuoteString(out or f"{stack_dir}/{CANARY_ANSWERS}"))
 
@@ -79,7 +85,7 @@ def checked_now(settings: StackSettings):
     served = host.get_fact(ServingState, **state_arguments(settings))["records"]["served"]
     if served is None:
         raise OperationError("no state that serves is recorded yet: the canaries have no answers to compare with. Fix: run the deploy")
-    command = canaries(settings, served["cluster"], served["model_digest"], f"{RUN_DIR}/{CANARY_ANSWERS}")
+    command = canaries(settings, served["cluster"], served["model_digest"], None, f"{RUN_DIR}/{CANARY_ANSWERS}")
     if command is None:
         raise OperationError("the site runs no canaries (canaries = false, or no [canary.NAME]). Fix: set canaries = true")
     yield StringCommand("mkdir", "-p", "-m", "700", RUN_DIR)

@@ -67,5 +67,5 @@ def rolled_back(stacks: list[StackSettings], ready_timeout: int):
     states = [{key: value for key, value in reading["records"][name].items() if key not in ("image_id", "since")} for reading in readings]
     yield FunctionCommand(served_or_rolled_back, (
         probe(own(stacks)), int(ready_timeout), f"rolling back to {what}", [settings.hostname for settings in stacks], starts(stacks),
-        canaries(own(stacks), states[0]["cluster"], states[0]["model_digest"]), recording(stacks, states), None, "a rollback is not rolled back in turn: see the status above, then run the deploy",
+        canaries(own(stacks), states[0]["cluster"], states[0]["model_digest"], None), recording(stacks, states), None, "a rollback is not rolled back in turn: see the status above, then run the deploy",
         planned_done(own(stacks))), {})

@@ -41,6 +41,7 @@ from operations.stack import (
     compose,
     drained_stop,
     planned_done,
+    speculative_config,
     stack_settings,
 )
 from operations.upload import upload
@@ -229,5 +230,5 @@ def stack_up(role: str, stacks: list[StackSettings], ready_timeout: int, rollbac
         back, back_what = way_back(stacks, readings, cluster, "served") if rollback else (None, "rollback_on_failure is false")
         yield FunctionCommand(served_or_rolled_back, (
             probe(settings), int(ready_timeout), f"serving {settings.cluster.model.served_name} (profile {settings.cluster.profile_name})",
-            [node.hostname for node in stacks], starts(stacks), canaries(settings, cluster, states[0]["model_digest"]), recording(stacks, states),
+            [node.hostname for node in stacks], starts(stacks), canaries(settings, cluster, states[0]["model_digest"], speculative_config(settings) or "none"), recording(stacks, states),
             back, back_what, planned_done(settings)), {})

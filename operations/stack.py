@@ -44,6 +44,19 @@ SPECULATIVE_FIELDS = {"speculative_schedule": "num_speculative_tokens_per_batch_
                       "adaptive_verification": "enable_adaptive_verification"}
 
 
+def speculative_config(settings: StackSettings) -> str | None:
+    """vLLM's --speculative-config of the profile, as JSON; None when it does not speculate."""
+    profile = settings.cluster.profile
+    if not profile.speculative_tokens:
+        return None
+    speculative = {"method": settings.site.speculative_method, "num_speculative_tokens": profile.speculative_tokens}
+    for key, field in SPECULATIVE_FIELDS.items():
+        if getattr(profile, key) is not None:
+            speculative[field] = getattr(profile, key)
+    speculative.update(settings.site.speculative_options)
+    return json.dumps(speculative, separators=(",", ":"))
+
+
 def vllm_args(settings: StackSettings) -> list[str]:
     """The `vllm serve` arguments of one node (FACTS.md's launch line), from its stack settings."""
     profile, model = settings.cluster.profile, settings.cluster.model
@@ -60,13 +73,8 @@ def vllm_args(settings: StackSettings) -> list[str]:
         "--gpu-memory-utilization", str(profile.gpu_memory_utilization),
         "--enable-prefix-caching" if profile.prefix_caching else "--no-enable-prefix-caching",
     ]
-    if profile.speculative_tokens:
-        speculative = {"method": settings.site.speculative_method, "num_speculative_tokens": profile.speculative_tokens}
-        for key, field in SPECULATIVE_FIELDS.items():
-            if getattr(profile, key) is not None:
-                speculative[field] = getattr(profile, key)
-        speculative.update(settings.site.speculative_options)
-        args += ["--speculative-config", json.dumps(speculative, separators=(",", ":"))]
+    if speculative_config(settings) is not None:
+        args += ["--speculative-config", speculative_config(settings)]
     args += ["--tokenizer-mode", model.tokenizer_mode, "--distributed-executor-backend", "mp"]
     if model.tool_call_parser:
         args += ["--tool-call-parser", model.tool_call_parser, "--enable-auto-tool-choice"]
@@ -222,7 +230,7 @@ def compose_stack(settings: StackSettings, env: dict[str, str], stack_hash: str,
         "privileged": profile.privileged,
     }
     if site.container_gpus:
-        service["gpus"] = int(site.container_gpus) if site.container_gpus.isdigit() else site.container_gpus
+        service["gpus"] = int(site.container_gpus) if site.container_gpus.isdecimal() else site.container_gpus
     if site.container_devices:
         service["devices"] = [f"{device}:{device}" for device in site.container_devices]
     service["ulimits"] = dict(site.container_ulimits)

@@ -8,12 +8,15 @@ difference is a defect of the new state, except past --agree-tokens (numerical d
 tolerates), or when the answer agrees asked again (other requests sharing its batch can move a
 near tie). New weights answer differently by right: a perplexity canary, the model's perplexity
 over a fixed text (the API's prompt log-probabilities), may rise at most --perplexity-ratio times
-the one recorded, whatever weights that state served. Prints a line per canary (never
-the key); writes the answers and results to --out as JSON, for the state's record (stack record
-keeps them with it); exits 1 naming each canary that failed, how and where.
+the one recorded, whatever weights that state served. Where the state speculates, the drafts
+accepted at each draft position over the set (vLLM's own counters, read before and after) may fall
+to no less than --acceptance-ratio times the share recorded by a state of the same weights and
+the same --speculation: a drafter whose acceptance collapses answers right, only slowly. Prints a
+line per canary (never the key); writes the answers and results to --out as JSON, for the state's
+record (stack record keeps them with it); exits 1 naming each canary that failed, how and where.
 
     canary --url URL --key-file FILE --set JSON --model-digest HEX --cluster ID --agree-tokens N
-           --perplexity-ratio R --out FILE [--reference FILE]
+           --perplexity-ratio R --speculation JSON --acceptance-ratio R --out FILE [--reference FILE]
 """
 
 from __future__ import annotations
@@ -25,6 +28,7 @@ import math
 import re
 import sys
 import time
+import urllib.request
 from pathlib import Path
 
 from .atomic import write_atomically
@@ -38,6 +42,11 @@ LOOP_TOKENS = 64  # a loop's share of an answer's end, in tokens, that fails it
 BROKEN_TEXT = re.compile("[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 CUT = 3  # characters at an answer's end where a replacement character is a character cut by max_tokens
 DIFFERS = "differs from the recorded answer"  # a greedy answer's failure; asked again once before it counts
+DRAFTS, ACCEPTED = "vllm:spec_decode_num_drafts_total", "vllm:spec_decode_num_accepted_tokens_per_pos_total"
+ACCEPTANCE = "acceptance by draft position"  # its failures' name beside the canaries' (no canary's name has a space)
+UNKNOWN = "unknown"  # --speculation of a state whose speculation the caller does not know: its acceptance is judged against nothing
+MIN_DRAFTS = 8  # fewer drafts over the set say nothing of a position's acceptance (the lab's set makes about 13)
+MIN_SHARE = 0.05  # a position whose recorded share is below this is too rare to judge
 
 
 def loop_at_end(tokens: list[int]) -> tuple[int, int] | None:
@@ -155,25 +164,72 @@ def settled(canary: dict, recorded: dict | None, agree_tokens: int, ask) -> tupl
     return got, failures
 
 
+def draft_counters(url: str, timeout: float) -> dict | None:
+    """vLLM's drafts and its accepted tokens by draft position, each summed over its engines; None
+    when /metrics does not answer or counts no draft (a state that does not speculate)."""
+    try:
+        with urllib.request.urlopen(url + "/metrics", timeout=timeout) as response:
+            text = response.read().decode()
+    except OSError:
+        return None
+    drafts, accepted = None, {}
+    for line in text.splitlines():
+        name, value = line.partition("{")[0].partition(" ")[0], line.rsplit(" ", 1)[-1]
+        try:
+            if name == DRAFTS:
+                drafts = (drafts or 0.0) + float(value)
+            elif name == ACCEPTED and (position := re.search(r'position="(\d+)"', line)):
+                accepted[int(position[1])] = accepted.get(int(position[1]), 0.0) + float(value)
+        except ValueError:
+            continue
+    return {"drafts": drafts, "accepted": accepted} if drafts is not None and accepted else None
+
+
+def acceptance(before: dict | None, after: dict | None) -> dict | None:
+    """The share of drafts accepted at each draft position between two readings, and how many
+    drafts; None without both readings or with too few drafts to judge."""
+    if before is None or after is None or after["drafts"] - before["drafts"] < MIN_DRAFTS:
+        return None
+    drafts = after["drafts"] - before["drafts"]
+    shares = [round((after["accepted"][position] - before["accepted"].get(position, 0.0)) / drafts, 4)
+              for position in sorted(after["accepted"])]
+    return {"drafts": int(drafts), "per_position": shares}
+
+
+def acceptance_failures(now: dict | None, recorded: dict | None, ratio: float) -> list[str]:
+    """Each draft position whose share fell below ``ratio`` times the recorded one (where that was
+    at least MIN_SHARE); nothing to fail without both, or with another number of positions."""
+    if now is None or recorded is None or len(now["per_position"]) != len(recorded.get("per_position", [])):
+        return []
+    return [f"acceptance at draft position {position} is {share:.2f}, {recorded_share:.2f} recorded (at least {ratio} times it allowed)"
+            for position, (share, recorded_share) in enumerate(zip(now["per_position"], recorded["per_position"]))
+            if recorded_share >= MIN_SHARE and share < ratio * recorded_share]
+
+
 class CanaryError(Exception):
     """What stops the canaries from running at all, in one line."""
 
 
-def reference(path: Path | None, model_digest: str) -> dict:
-    """The answers recorded with the state that served before, by canary name: its greedy answers
-    when it served the same weights (new weights answer differently by right), its perplexities
-    whatever it served; {} without a record."""
+def reference(path: Path | None, model_digest: str, speculation: str) -> tuple[dict, dict | None]:
+    """The answers recorded with the state that served before, by canary name (its greedy answers
+    when it served the same weights: new weights answer differently by right; its perplexities
+    whatever it served), and its acceptance by draft position when it served the same weights
+    with the same ``speculation``; ({}, None) without a record."""
     if path is None:
-        return {}
+        return {}, None
     try:
         kept = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}
+        return {}, None
     if not isinstance(kept, dict) or not isinstance(kept.get("answers"), dict):
-        return {}
+        return {}, None
     same = kept.get("model_digest") == model_digest
-    return {name: found for name, found in kept["answers"].items() if isinstance(found, dict)
-            and ((same and isinstance(found.get("tokens"), list)) or isinstance(found.get("perplexity"), (int, float)))}
+    answers = {name: found for name, found in kept["answers"].items() if isinstance(found, dict)
+               and ((same and isinstance(found.get("tokens"), list)) or isinstance(found.get("perplexity"), (int, float)))}
+    accepted = kept.get("acceptance")
+    comparable_acceptance = same and UNKNOWN != speculation == kept.get("speculation") and isinstance(accepted, dict) \
+        and isinstance(accepted.get("per_position"), list) and all(isinstance(share, (int, float)) for share in accepted["per_position"])
+    return answers, accepted if comparable_acceptance else None
 
 
 def run(url: str, key: str, canaries: list[dict], recorded: dict, agree_tokens: int, ratio: float, timeout: float) -> tuple[dict, dict]:
@@ -200,6 +256,19 @@ def run(url: str, key: str, canaries: list[dict], recorded: dict, agree_tokens: 
     return answers, failures
 
 
+def judged_acceptance(before: dict | None, after: dict | None, recorded: dict | None, ratio: float) -> tuple[dict | None, list[str]]:
+    """The set's acceptance by draft position and what fails in it, said in a line."""
+    measured = acceptance(before, after)
+    failures = acceptance_failures(measured, recorded, ratio)
+    if measured is not None:
+        shares = ", ".join(f"{share:.2f}" for share in measured["per_position"])
+        against = (f"against {', '.join(f'{share:.2f}' for share in recorded['per_position'])} recorded" if recorded is not None
+                   else "none recorded for these weights and this speculation")
+        print(f"canary acceptance: {shares} by draft position over {measured['drafts']} drafts, {against}: "
+              f"{'; '.join(failures) or 'passed'}", flush=True)
+    return measured, failures
+
+
 def main(argv: list[str], prog: str) -> None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
@@ -209,21 +278,27 @@ def main(argv: list[str], prog: str) -> None:
     parser.add_argument("--cluster", required=True, help="the state's ID, kept with the answers")
     parser.add_argument("--agree-tokens", type=int, required=True, help="how many first tokens of a greedy answer must agree")
     parser.add_argument("--perplexity-ratio", type=float, required=True, help="how many times the recorded perplexity it may rise to")
+    parser.add_argument("--speculation", required=True, help="the state's --speculative-config (none: it does not speculate)")
+    parser.add_argument("--acceptance-ratio", type=float, required=True, help="the share of the recorded acceptance each draft position keeps")
     parser.add_argument("--reference", type=Path, help="the answers recorded with the state that served before")
     parser.add_argument("--out", type=Path, required=True)
     parser.add_argument("--timeout", type=float, default=600, help="seconds for each request")
     args = parser.parse_args(argv)
     try:
         key = read_secret(args.key_file, "the API key file", KEY_FIX)
-        canaries = json.loads(args.set)
-        answers, failures = run(args.url.rstrip("/"), key, canaries, reference(args.reference, args.model_digest), args.agree_tokens,
-                                args.perplexity_ratio, args.timeout)
+        canaries, url = json.loads(args.set), args.url.rstrip("/")
+        recorded, recorded_acceptance = reference(args.reference, args.model_digest, args.speculation)
+        before = draft_counters(url, args.timeout)
+        answers, failures = run(url, key, canaries, recorded, args.agree_tokens, args.perplexity_ratio, args.timeout)
+        measured, failures[ACCEPTANCE] = judged_acceptance(before, draft_counters(url, args.timeout), recorded_acceptance,
+                                                             args.acceptance_ratio)
     except (SecretError, CanaryError) as error:
         sys.exit(f"canary: {error}")
     except (OSError, ValueError, KeyError, IndexError) as error:
         sys.exit(f"canary: no answer at {args.url}: {error}")
     failed = {name: found for name, found in failures.items() if found}
     write_atomically(args.out, json.dumps({"cluster": args.cluster, "model_digest": args.model_digest, "answers": answers,
+                                           "speculation": args.speculation, "acceptance": measured,
                                            "failed": failed, "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())},
                                           sort_keys=True) + "\n", 0o644)
     if failed:

@@ -3,6 +3,11 @@ text: what needs no reference (an answer, broken text, a loop at the end) and th
 the answer recorded when the state before served. The lab's fault (lab/vllm_sitecustomize.py)
 makes the answers these rules must catch. Against a real vLLM: tests/serving/test_canary.py."""
 
+import json
+import threading
+from http.server import BaseHTTPRequestHandler
+from pathlib import Path
+
 import pytest
 from dual_spark import canary
 
@@ -10,7 +15,9 @@ import site_schema
 from lab import site as lab_site
 from lab.vllm_sitecustomize import wrong_after
 from serving_data import defaults
+from tests.net import QuietServer
 
+REPO = Path(__file__).resolve().parents[2]
 ANSWER = [514, 1311, 1746, 165, 143, 355, 1032, 1783, 1040, 653] * 3  # a period of 10: longer than LOOP_PERIOD
 PROMPT = "def is_prime(n: int) -> bool:\n"
 
@@ -109,13 +116,64 @@ def test_a_recorded_answer_to_another_request_is_no_reference(recorded):
 
 def test_the_greedy_reference_is_of_the_same_weights_alone_and_a_perplexity_of_any(tmp_path):
     kept = tmp_path / "canary.json"
-    assert canary.reference(kept, "abc") == {}  # none recorded
+    assert canary.reference(kept, "abc", SPECULATION) == ({}, None)  # none recorded
     kept.write_text('{"model_digest": "abc", "answers": {"long": {"tokens": [1, 2]}, "odd": {"tokens": "x"}, "bad": 3, '
                     '"ppl": {"perplexity": 12.5, "scored": 80}, "nan": {"perplexity": "x"}}}')
-    assert canary.reference(kept, "abc") == {"long": {"tokens": [1, 2]}, "ppl": {"perplexity": 12.5, "scored": 80}}
-    assert canary.reference(kept, "other") == {"ppl": {"perplexity": 12.5, "scored": 80}}  # new weights answer differently by right
+    assert canary.reference(kept, "abc", SPECULATION)[0] == {"long": {"tokens": [1, 2]}, "ppl": {"perplexity": 12.5, "scored": 80}}
+    assert canary.reference(kept, "other", SPECULATION)[0] == {"ppl": {"perplexity": 12.5, "scored": 80}}  # new weights answer differently by right
     kept.write_text("{")
-    assert canary.reference(kept, "abc") == {}
+    assert canary.reference(kept, "abc", SPECULATION) == ({}, None)
+
+
+SPECULATION = '{"method":"ngram","num_speculative_tokens":3}'
+ACCEPTED = {"drafts": 120, "per_position": [0.6, 0.4, 0.02]}
+
+
+@pytest.mark.parametrize("digest, speculation, kept, found", [
+    ("abc", SPECULATION, ACCEPTED, ACCEPTED),
+    ("other", SPECULATION, ACCEPTED, None),
+    ("abc", '{"method":"ngram","num_speculative_tokens":5}', ACCEPTED, None),
+    ("abc", "unknown", ACCEPTED, None),
+    ("abc", SPECULATION, {"drafts": 3, "per_position": ["x"]}, None),
+], ids=["same weights and speculation", "other weights", "other speculation", "speculation not known", "not a record"])
+def test_the_acceptance_reference_is_of_the_same_weights_and_speculation_alone(tmp_path, digest, speculation, kept, found):
+    (tmp_path / "canary.json").write_text(json.dumps({"model_digest": "abc", "speculation": speculation if speculation == "unknown" else SPECULATION,
+                                                      "answers": {}, "acceptance": kept}))
+    assert canary.reference(tmp_path / "canary.json", digest, speculation)[1] == found
+
+
+def test_the_draft_counters_are_read_from_vllms_own_metrics(tmp_path):
+    """A CPU vLLM 0.32's /metrics, as the project pins it: its drafts, and accepted tokens by position."""
+    text = (REPO / "tests/bench/fixtures/vllm_metrics.txt").read_text()
+    server = QuietServer(("127.0.0.1", 0), type("Metrics", (BaseHTTPRequestHandler,), {
+        "log_message": lambda self, *args: None,
+        "do_GET": lambda self: (self.send_response(200), self.end_headers(), self.wfile.write(text.encode()))}))
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        found = canary.draft_counters(f"http://127.0.0.1:{server.server_address[1]}", 10)
+    finally:
+        server.shutdown()
+    drafts = sum(float(line.rsplit(" ", 1)[1]) for line in text.splitlines() if line.startswith("vllm:spec_decode_num_drafts_total"))
+    assert found == {"drafts": drafts, "accepted": {0: 2.0, 1: 0.0, 2: 0.0}}
+    assert canary.draft_counters("http://127.0.0.1:9", 2) is None  # no answer
+
+
+def test_acceptance_is_each_positions_share_of_the_drafts_between_two_readings():
+    before = {"drafts": 100.0, "accepted": {0: 50.0, 1: 20.0}}
+    assert canary.acceptance(before, {"drafts": 200.0, "accepted": {0: 110.0, 1: 45.0, 2: 5.0}}) == \
+        {"drafts": 100, "per_position": [0.6, 0.25, 0.05]}
+    assert canary.acceptance(before, {"drafts": 107.0, "accepted": {0: 55.0, 1: 21.0}}) is None  # too few drafts to judge
+    assert canary.acceptance(None, before) is None
+
+
+@pytest.mark.parametrize("now, failures", [
+    ([0.55, 0.35, 0.0], []),  # within half of each; position 2 too rare to judge
+    ([0.1, 0.35, 0.02], ["acceptance at draft position 0 is 0.10, 0.60 recorded (at least 0.5 times it allowed)"]),
+    ([0.6, 0.4], []),  # another number of positions: another drafter, nothing to compare
+], ids=["within the ratio", "collapsed at position 0", "other positions"])
+def test_a_positions_acceptance_may_fall_at_most_to_the_ratio_of_the_recorded_one(now, failures):
+    assert canary.acceptance_failures({"drafts": 100, "per_position": now}, ACCEPTED, 0.5) == failures
+    assert canary.acceptance_failures({"drafts": 100, "per_position": now}, None, 0.5) == []
 
 
 @pytest.mark.parametrize("now, recorded, found", [

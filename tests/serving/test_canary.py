@@ -18,7 +18,7 @@ from operations.canary import canary_set
 from operations.stack import stack_settings
 from site_config import load_site
 from tests.programs import ARCHIVE
-from tests.serving.conftest import API_KEY
+from tests.serving.conftest import API_KEY, SPECULATIVE
 
 pytestmark = pytest.mark.end_to_end  # a real vLLM, set up by scripts/test as root
 
@@ -41,6 +41,7 @@ def canary(url: str, tmp_path: Path, canaries: list[dict], out: str, reference: 
     key.chmod(0o600)
     return subprocess.run([sys.executable, str(ARCHIVE), "canary", "--url", url, "--key-file", str(key), "--set", json.dumps(canaries),
                            "--model-digest", "e8e8e8e8e8e8", "--cluster", "c1", "--agree-tokens", "48", "--perplexity-ratio", "1.2",
+                           "--speculation", SPECULATIVE, "--acceptance-ratio", "0.5",
                            "--out", str(tmp_path / out),
                            *(["--reference", str(reference)] if reference else [])], capture_output=True, text=True, timeout=600)
 
@@ -53,14 +54,18 @@ def test_the_lab_set_answers_the_same_twice_and_a_changed_answer_is_named(vllm_s
     recorded = json.loads((tmp_path / "first.json").read_text())
     assert recorded["failed"] == {} and len(recorded["answers"]["long"]["tokens"]) == 48
     assert recorded["answers"]["perplexity"]["scored"] > 50 and recorded["answers"]["perplexity"]["perplexity"] > 1
+    assert recorded["speculation"] == SPECULATIVE and len(recorded["acceptance"]["per_position"]) == 3, recorded["acceptance"]
+    assert re.search(r"canary acceptance: [\d.]+, [\d.]+, [\d.]+ by draft position over \d+ drafts, none recorded", first.stdout), first.stdout
 
     again = canary(vllm_server, tmp_path, lab_set, "again.json", tmp_path / "first.json")
     assert again.returncode == 0, again.stdout + again.stderr
     assert again.stdout.count("compared with the recorded answers: passed") == 3, again.stdout
     assert re.search(r"canary perplexity: perplexity [\d.e+]+ over \d+ tokens in [\d.]+ s, against [\d.e+]+ recorded: passed", again.stdout)
+    assert re.search(r"canary acceptance: .* by draft position over \d+ drafts, against .* recorded: passed", again.stdout), again.stdout
 
     recorded["answers"]["long"]["tokens"][20] ^= 1
     recorded["answers"]["perplexity"]["perplexity"] /= 2  # as if the weights before had been twice as sure
+    recorded["acceptance"]["per_position"] = [3 * share + 0.1 for share in recorded["acceptance"]["per_position"]]  # a drafter since collapsed
     (tmp_path / "changed.json").write_text(json.dumps(recorded))
     changed = canary(vllm_server, tmp_path, lab_set, "changed.json.out", tmp_path / "changed.json")
     assert changed.returncode == 1
@@ -68,5 +73,8 @@ def test_the_lab_set_answers_the_same_twice_and_a_changed_answer_is_named(vllm_s
     failed = json.loads((tmp_path / "changed.json.out").read_text())["failed"]
     assert failed["long"] == ["differs from the recorded answer at token 20 (of 48; the first 48 must agree)"]
     assert re.fullmatch(r"perplexity [\d.e+]+ is 2\.00 times the [\d.e+]+ recorded \(at most 1\.2 allowed\)", failed["perplexity"][0]), failed
+    assert len(failed["acceptance by draft position"]) == 3 and all(
+        re.fullmatch(r"acceptance at draft position \d is [\d.]+, [\d.]+ recorded \(at least 0\.5 times it allowed\)", found)
+        for found in failed["acceptance by draft position"]), failed
     for result in (first, again, changed):
         assert API_KEY not in result.stdout + result.stderr
