@@ -227,7 +227,7 @@ def containers() -> dict[str, str]:
 
 def firing_answers(prometheus: str) -> dict[str, str]:
     """The canaries DualSparkAnswersChanged fires for, with the token each changed from."""
-    firing = {alert["labels"]["canary"] for alert in query(prometheus, 'ALERTS{alertname="DualSparkAnswersChanged", alertstate="firing"}')}
+    firing = {alert["metric"]["canary"] for alert in query(prometheus, 'ALERTS{alertname="DualSparkAnswersChanged", alertstate="firing"}')}
     tokens = {found["metric"]["canary"]: found["value"][1] for found in query(prometheus, "dual_spark_answers_first_difference_tokens")}
     return {name: tokens.get(name, "?") for name in firing}
 
