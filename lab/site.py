@@ -89,9 +89,10 @@ def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = 
         # drift between profiles to tolerate).
         "canary_long_tokens": LAB_CANARY_TOKENS,
         "canary_agree_tokens": LAB_CANARY_TOKENS,
-        # The watch of the answers while it serves: a round a minute (a test asks for one now by
-        # restarting it), so that the benchmarks' CPU is not shared with it.
-        "canary_watch_seconds": 60,
+        # The watch of the answers while it serves: a round a minute on the pair (a test asks for one
+        # now by restarting it), a quarter of an hour on four nodes (TP=4 on two cores takes about
+        # 13 s a request): the benchmarks' and the heals' CPU is not the watch's.
+        "canary_watch_seconds": 60 if topology == "direct" else 900,
     })
     lines += table("model", {"path": LAB_MODEL, "served_name": "tiny", "tokenizer_mode": "auto",
                              "tool_call_parser": "hermes", "reasoning_parser": ""})
