@@ -1,6 +1,6 @@
-"""What the collector writes when it runs, against what its unit lets it write. On a Spark systemd
-enforces the unit's sandbox (ProtectSystem=strict: nothing but ReadWritePaths= and a private /tmp);
-the lab's systemctl does not (docs/not-verified.md). So the collector runs here once, as its unit
+"""What the collector and the watch of the answers write when they run, against what their units
+let them write. On a Spark systemd enforces the unit's sandbox (ProtectSystem=strict: nothing but ReadWritePaths= and a private /tmp);
+the lab's systemctl does not (docs/not-verified.md). So each program runs here once, as its unit
 starts it, every path of its command line moved under a scratch root, and Python's audit hooks
 record every file it opens for writing, creates, renames, removes or changes: each must be one the
 unit allows, and the textfile must be among them."""
@@ -16,10 +16,12 @@ from pathlib import Path
 import pytest
 
 import programs
-from layout import TEXTFILE, UNIT_FILES
+from layout import ANSWERS_TEXTFILE, TEXTFILE, UNIT_FILES
 from operations.observability import observability_settings
 from tests.fake_host import site
 from tests.test_observability import unit_settings
+
+CREDENTIALS = "/run/credentials/dual-spark-answers.service"  # what systemd's %d names for the unit
 
 # Runs the archive as `python3 ARCHIVE ARGS...` would, after installing a hook that appends each
 # write the program makes (the path, or "fd" for a descriptor) to the file named by argv[1].
@@ -50,26 +52,57 @@ finally:
 """
 
 
-@pytest.mark.parametrize("hostname", ["spark-head", "spark-worker"])
-def test_the_collector_writes_only_where_its_unit_lets_it(hostname, tmp_path):
-    unit = unit_settings(observability_settings(site("pair"), hostname).files[UNIT_FILES["collector"]])
+def audited_writes(unit: dict, tmp_path: Path, extra: list[str], prepare=lambda root: None) -> tuple[list[Path], list[Path]]:
+    """The unit's program run once as its unit starts it (``extra`` arguments added), every path
+    of its command line moved under a scratch root: each write as on the node, and the paths its
+    unit lets it write."""
     assert unit["ProtectSystem"] == ["strict"] and unit["PrivateTmp"] == ["true"]
     allowed = [Path(path) for path in unit["ReadWritePaths"]] + [Path("/tmp"), Path("/var/tmp")]  # PrivateTmp: its own
-    python, archive, *argv = shlex.split(unit["ExecStart"][-1])
+    python, archive, *argv = shlex.split(unit["ExecStart"][-1].replace("%d", CREDENTIALS))
+    assert python == "/usr/bin/python3"
     root = tmp_path / "root"
     moved = [str(root / arg.lstrip("/")) if arg.startswith("/") else arg for arg in argv]
-    for path in (root / TEXTFILE.lstrip("/")).parent, root / "tmp":
+    for path in [root / "tmp", *(root / folder.lstrip("/") for folder in unit["ReadWritePaths"])]:
         path.mkdir(parents=True, exist_ok=True)
+    prepare(root)
     (tmp_path / "dual-spark.pyz").write_bytes(programs.built())
     log = tmp_path / "writes.json"
-    done = subprocess.run([sys.executable, "-c", RUN_AUDITED, str(log), str(tmp_path / "dual-spark.pyz"), *moved, "--once",
-                           "--nvidia-smi", str(tmp_path / "no-nvidia-smi")],
+    done = subprocess.run([sys.executable, "-c", RUN_AUDITED, str(log), str(tmp_path / "dual-spark.pyz"), *moved, *extra],
                           capture_output=True, text=True, timeout=120, cwd=root / "tmp", env={"PATH": "/usr/bin:/bin", "TMPDIR": str(root / "tmp")})
     assert done.returncode == 0, done.stderr
     written = [Path(path) for path in json.loads(log.read_text())]
-    assert python == "/usr/bin/python3" and written, "the collector wrote nothing"
+    assert written, "the program wrote nothing"
     outside = [path for path in written if not path.is_relative_to(root)]
     assert outside == [], f"writes outside the paths its command line names: {outside}"
-    as_on_the_node = {Path("/") / path.relative_to(root) for path in written}
-    assert Path(TEXTFILE) in as_on_the_node
-    assert [path for path in as_on_the_node if not any(path.is_relative_to(place) for place in allowed)] == []
+    return sorted({Path("/") / path.relative_to(root) for path in written}), allowed
+
+
+@pytest.mark.parametrize("hostname", ["spark-head", "spark-worker"])
+def test_the_collector_writes_only_where_its_unit_lets_it(hostname, tmp_path):
+    unit = unit_settings(observability_settings(site("pair"), hostname).files[UNIT_FILES["collector"]])
+    written, allowed = audited_writes(unit, tmp_path, ["--once", "--nvidia-smi", str(tmp_path / "no-nvidia-smi")])
+    assert Path(TEXTFILE) in written
+    assert [path for path in written if not any(path.is_relative_to(place) for place in allowed)] == []
+
+
+def test_the_watch_of_the_answers_writes_only_where_its_unit_lets_it(tmp_path):
+    """With the state that serves recorded and its answers, the API not answering: the round writes
+    its textfile, and nothing else."""
+    pair = site("pair")
+    unit = unit_settings(observability_settings(pair, "spark-head").files[UNIT_FILES["answers"]])
+    unit["ExecStart"][-1] = unit["ExecStart"][-1].replace(f"http://127.0.0.1:{pair.settings.vllm_port}", "http://127.0.0.1:9")
+
+    def recorded(root: Path) -> None:
+        served = root / pair.settings.stack_dir.lstrip("/") / "served"
+        served.mkdir(parents=True)
+        (served / "state.json").write_text('{"cluster": "c1"}')
+        (served / "canary.json").write_text(json.dumps({"cluster": "c1", "failed": {}, "answers": {"fabric": {
+            "prompt": "p", "max_tokens": 4, "ignore_eos": False, "tokens": [1, 2, 3, 4]}}}))
+        key = root / CREDENTIALS.lstrip("/") / "api-key"
+        key.parent.mkdir(parents=True)
+        key.write_text("sk-test\n")
+        key.chmod(0o600)
+
+    written, allowed = audited_writes(unit, tmp_path, ["--once"], recorded)
+    assert Path(ANSWERS_TEXTFILE) in written
+    assert [path for path in written if not any(path.is_relative_to(place) for place in allowed)] == []
