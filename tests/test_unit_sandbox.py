@@ -1,7 +1,7 @@
 """What the collector and the watch of the answers write when they run, against what their units
-let them write. On a Spark systemd enforces the unit's sandbox (ProtectSystem=strict: nothing but ReadWritePaths= and a private /tmp);
-the lab's systemctl does not (docs/not-verified.md). So each program runs here once, as its unit
-starts it, every path of its command line moved under a scratch root, and Python's audit hooks
+let them write. On a Spark systemd enforces a unit's sandbox (ProtectSystem=strict: nothing but
+ReadWritePaths= and a private /tmp); the lab's systemctl does not (docs/not-verified.md). So each
+program runs here once, as its unit starts it, every path of its command line moved under a scratch root, and Python's audit hooks
 record every file it opens for writing, creates, renames, removes or changes: each must be one the
 unit allows, and the textfile must be among them."""
 
