@@ -49,8 +49,8 @@ wait_for_lab_images() {
 
 # The fast tier as an ordinary user, in the background: it needs neither root nor the lab. On a
 # copy of the tree that user can read, in a virtualenv of the system Python (some machines' default
-# Python lives under /root, which other users cannot enter). `wait_for_fast_tier` prints its output
-# and returns its status.
+# Python lives under /root, which other users cannot enter). Its job is $FAST_TIER, its output in
+# $FAST_TIER_LOG (scripts/test waits for it and prints it).
 FAST_TIER_USER=sparkci
 start_fast_tier() {
   id -u "$FAST_TIER_USER" >/dev/null 2>&1 || useradd --create-home "$FAST_TIER_USER"
@@ -65,14 +65,6 @@ start_fast_tier() {
     .venv/bin/python -m pytest -q -p no:cacheprovider -m 'not end_to_end'
   " >"$FAST_TIER_LOG" 2>&1 &
   FAST_TIER=$!
-}
-
-wait_for_fast_tier() {
-  local status=0
-  wait "$FAST_TIER" || status=$?
-  echo "--> The fast tier, as the ordinary user $FAST_TIER_USER"
-  cat "$FAST_TIER_LOG"
-  return "$status"
 }
 
 install_venv() {
