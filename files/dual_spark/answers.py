@@ -5,9 +5,10 @@ is compared with that one over the first --agree-tokens tokens; one that differs
 once (a near tie moved by other requests in its batch does not repeat). The result goes to --out,
 a node-exporter textfile: dual_spark_answers_changed 1 for a canary whose answer changed, and the
 token where it did. Nothing restarts: the alert says so, and a person decides. Nothing is compared
-while the deploy's planned work is marked (its change records new answers), without a record that
-passed on the state that serves, or while the API does not answer. An API that refuses the key
-ends the program, so that systemd starts it again with the key as it is now.
+while the deploy's planned work is marked (its change records new answers; the mark is looked at
+again every 10 s, so that the state after it is watched at once), without a record that passed on
+the state that serves, or while the API does not answer. An API that refuses the key ends the
+program, so that systemd starts it again with the key as it is now.
 
     answers watch --url URL --key-file FILE --stack-dir DIR --planned FILE [--canary NAME ...]
                   --agree-tokens N --every SECONDS --out FILE [--once]
@@ -32,6 +33,8 @@ from .secret import KEY_FIX, SecretError, read_secret
 from .stack import passed_canaries
 
 REFUSED = (401, 403)  # the API refuses the key: read again at the next start
+PLANNED = "not compared: planned work in progress"
+PLANNED_POLL = 10  # seconds between two looks at planned work in progress: the state after it is watched at once
 
 
 def recorded(stack_dir: Path) -> dict | None:
@@ -82,7 +85,7 @@ def watch_round(args, key: str) -> tuple[dict[str, int | None] | None, str]:
         return {}, "not compared: no canary is watched (watch = true in its [canary.NAME])"
     mark = planned.read(args.planned)
     if mark is not None and mark["since"] <= time.time() < mark["until"]:
-        return {}, f"not compared: planned work in progress ({mark['what']})"
+        return {}, f"{PLANNED} ({mark['what']})"
     answers = recorded(args.stack_dir)
     if answers is None:
         return {}, "not compared: the state that serves was recorded without canaries that passed"
@@ -117,7 +120,7 @@ def watch(args) -> None:
             said = line
         if args.once:
             return
-        time.sleep(args.every)
+        time.sleep(min(args.every, PLANNED_POLL) if line.startswith(PLANNED) else args.every)
 
 
 def main(argv: list[str], prog: str) -> None:
