@@ -126,10 +126,12 @@ def recorded(kind: str) -> list[str]:
 
 def vllm_panels() -> list[tuple[str, str, str]]:
     """(dashboard, panel, query) of every panel of the vLLM dashboards that reads vLLM; the front
-    door's panels need the door, which runs on the lab only (test_48 reads them there)."""
+    door's panels need the door, and the answers' panel the head's watch of them, which run on the
+    lab only (test_48 reads them there)."""
     return [(name, panel["title"], target["expr"].replace("$node", ".+").replace("$model", ".+"))
             for name, board in dashboards().items() if name.startswith("vllm-")
-            for panel in board["panels"] for target in panel["targets"] if "dual_spark:door_" not in target["expr"]]
+            for panel in board["panels"] for target in panel["targets"]
+            if not any(lab_only in target["expr"] for lab_only in ("dual_spark:door_", "dual_spark_answers_"))]
 
 
 def test_every_vllm_recording_rule_returns_data(served):
