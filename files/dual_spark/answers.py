@@ -92,7 +92,7 @@ def watch_round(args, key: str) -> tuple[dict[str, int | None] | None, str]:
     try:
         changed = compared(args.url.rstrip("/"), key, answers, args.canary, args.agree_tokens, args.timeout)
     except CanaryError as error:
-        if any(f"answered {status}:" in str(error) for status in REFUSED):
+        if error.status in REFUSED:
             sys.exit(f"answers: {error}: the key is read again at the next start")
         return None, f"not compared: {error}"
     except (OSError, ValueError, KeyError, IndexError) as error:

@@ -93,7 +93,7 @@ def completed(url: str, key: str, canary: dict, body: dict, timeout: float) -> d
     status, found = call(url, key, "/v1/completions", body, timeout)
     if status != 200:
         message = found.get("error", {}).get("message") if isinstance(found.get("error"), dict) else found.get("message")
-        raise CanaryError(f"{canary['name']}: the API answered {status}: {str(message or found)[:200]}")
+        raise CanaryError(f"{canary['name']}: the API answered {status}: {str(message or found)[:200]}", status)
     return found["choices"][0]
 
 
@@ -207,7 +207,12 @@ def acceptance_failures(now: dict | None, recorded: dict | None, ratio: float) -
 
 
 class CanaryError(Exception):
-    """What stops the canaries from running at all, in one line."""
+    """What stops the canaries from running at all, in one line; ``status``, the API's answer
+    when it was not 200."""
+
+    def __init__(self, message: str, status: int | None = None):
+        super().__init__(message)
+        self.status = status
 
 
 def reference(path: Path | None, model_digest: str, speculation: str) -> tuple[dict, dict | None]:
