@@ -127,6 +127,8 @@ class Canary:
     checks: tuple[str, ...] = ("answer", "text", "loop", "greedy")  # none for a perplexity canary
     perplexity: bool = False  # the prompt is a text the model's perplexity is measured over
     watch: bool = False  # asked again while the head serves, its answer compared with the recorded one (files/dual_spark/answers.py)
+    tool: dict | None = None  # a function offered: the answer must call it (asked as a chat, tool_choice auto)
+    extra_body: dict | None = None  # fields laid under the request's own
 
 
 @dataclass(frozen=True)

@@ -674,6 +674,29 @@ PROFILE = {
 }
 
 CANARY_CHECKS = ("answer", "text", "loop", "greedy")  # files/dual_spark/canary.py's CHECKS
+FUNCTION_NAME = re.compile(r"[A-Za-z0-9_-]{1,64}")  # OpenAI's rule for a function's name
+# What a canary's request sets itself: extra_body may not change it.
+CANARY_REQUEST = ("model", "prompt", "messages", "max_tokens", "temperature", "ignore_eos", "return_token_ids", "tools",
+                  "tool_choice", "stream", "n")
+
+
+def canary_tool(value: dict) -> str | None:
+    """The tool a canary offers: a function's name, description and parameters (a JSON schema of
+    an object, whose required names are among its properties)."""
+    fix = "write it as { name = \"get_weather\", description = \"...\", parameters = { type = \"object\", properties = {...}, required = [...] } }"
+    if not set(value) <= {"name", "description", "parameters"} or not isinstance(value.get("name"), str) \
+            or not isinstance(value.get("description", ""), str) or not isinstance(value.get("parameters", {}), dict):
+        return fix
+    if not FUNCTION_NAME.fullmatch(value["name"]):
+        return "name the function with 1 to 64 letters, digits, '_' and '-'"
+    parameters = value.get("parameters", {})
+    properties, required = parameters.get("properties", {}), parameters.get("required", [])
+    if parameters and (parameters.get("type") != "object" or not isinstance(properties, dict) or not isinstance(required, list)):
+        return "give parameters as a JSON schema of an object: type = \"object\", properties = {...}, required = [...]"
+    missing = [name for name in required if name not in properties]
+    return f"list only properties in required ({', '.join(map(str, missing))} is not one)" if missing else None
+
+
 CANARY = {
     "prompt": text(lambda v: None if v.strip() else "write the prompt the canary completes", required=True),
     "max_tokens": Key(int, "use a whole number", between(1, 1_048_576, "use 1 to 1048576 tokens")),
@@ -683,6 +706,9 @@ CANARY = {
                   item=text(one_of(*CANARY_CHECKS))),
     "perplexity": Key(bool, "use true (the prompt is a text the model's perplexity is measured over) or leave it out"),
     "watch": Key(bool, "use true (asked again every canary_watch_seconds while it serves) or false"),
+    "tool": Key(dict, "write the tool offered as a table: name, description, parameters", canary_tool),
+    "extra_body": Key(dict, "write extra_body as a table of the request's fields", lambda v: next(
+        (f"leave {name} out: the canary sets it itself" for name in CANARY_REQUEST if name in v), None)),
 }
 
 # Every site setting, declared once: its default, its rule (a Key: kind, bounds, the fix) and what

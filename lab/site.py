@@ -35,7 +35,12 @@ from site_schema import toml_value
 
 PROFILES = ("adaptive", "fast", "long-c4")
 # group_data/serving.toml's canaries, at the lab's lengths (a CPU pair, probed as it serves, decodes about 8 tokens a second)
-CANARIES = {"code": {"max_tokens": 12}, "fabric": {"max_tokens": 8}, "long": {"ignore_eos": True}, "perplexity": {}}
+# The random model calls no tool of its own accord: the lab's tool canary forces its answer to a
+# call in the form of the lab's parser (hermes) by vLLM's structured outputs, so that what the
+# canary checks is the parser's reading of what vLLM generated, as on a Spark.
+TOOL_CALL = r'<tool_call>\n\{"name": "get_weather", "arguments": \{"city": "(Paris|Oslo)"\}\}\n</tool_call>'
+CANARIES = {"code": {"max_tokens": 12}, "fabric": {"max_tokens": 8}, "long": {"ignore_eos": True}, "perplexity": {},
+            "tool": {"max_tokens": 96, "extra_body": {"structured_outputs": {"regex": TOOL_CALL}}}}
 LAB_CANARY_TOKENS = 48
 ANSWER_FAULT_FILE = "/tmp/sparklab-answer-fault"  # in a vLLM container's own layer
 LAB_WINDOW = 65536  # the tiny model's position limit; its KV cache is 2 KiB a token
@@ -103,7 +108,7 @@ def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = 
     # Spark's model is checked for it; tests/programs/test_canary.py shows the check); the long one
     # runs its whole length, past the end token a random model may give.
     for name, values in CANARIES.items():
-        greedy = name in ("code", "fabric", "long")
+        greedy = name in ("code", "fabric", "long", "tool")
         lines += table(f"canary.{name}", {**values, **({"checks": ["answer", "loop", "greedy"]} if greedy else {})})
     for name in PROFILES:
         lines += table(f"profile.{name}", {"image": "lab-cpu", "kv_cache_dtype": "auto", "max_model_len": LAB_WINDOW,

@@ -14,7 +14,7 @@ from pyinfra.api import FunctionCommand, OperationError, QuoteString, StringComm
 
 from cluster import Cluster
 from facts.serving import ServingState
-from files.dual_spark.canary import UNKNOWN
+from files.dual_spark.canary import ASKED_WITH, UNKNOWN
 from layout import CANARY_ANSWERS, RUN_DIR, VLLM_HOST
 from operations.peer import acts_here
 from operations.readings import Reading, plans
@@ -31,15 +31,19 @@ def readings(cluster: Cluster, name: str) -> list[Reading]:
 
 
 def canary_set(settings: StackSettings) -> list[dict]:
-    """The site's canaries, each with its length resolved, in name order."""
-    site = settings.site
+    """The site's canaries, each with its length resolved, in name order; one with a tool is not
+    run (and says why) where [model] names no tool-call parser: vLLM would refuse its request."""
+    site, model = settings.site, settings.cluster.model
     found = []
     for name, canary in sorted(settings.cluster.canaries.items()):
         length = site.canary_long_tokens if canary.long else canary.max_tokens
         if canary.perplexity:
             found.append({"name": name, "prompt": canary.prompt, "perplexity": True})
+        elif canary.tool and not model.tool_call_parser:
+            found.append({"name": name, "not_run": "it offers a tool, and [model] names no tool_call_parser"})
         else:
-            found.append({"name": name, "prompt": canary.prompt, "max_tokens": length, "ignore_eos": canary.ignore_eos, "checks": list(canary.checks)})
+            found.append({"name": name, "prompt": canary.prompt, "max_tokens": length, "ignore_eos": canary.ignore_eos, "checks": list(canary.checks),
+                          **{field: getattr(canary, field) for field in ASKED_WITH if getattr(canary, field)}})
     return found
 
 

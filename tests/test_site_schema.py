@@ -244,6 +244,13 @@ USER_MISTAKES = [
     (with_("canary.mine", {"prompt": "p", "max_tokens": 8, "checks": ["answer"], "watch": True}), "canary.mine.watch"),
     (with_("canary.code.watch", "yes"), "canary.code.watch"),
     (with_("settings.canary_watch_seconds", 0), "settings.canary_watch_seconds"),
+    (with_("canary.tool.tool", "get_weather"), "canary.tool.tool"),
+    (with_("canary.tool.tool", {"name": "get weather"}), "canary.tool.tool"),
+    (with_("canary.tool.tool", {"name": "f", "parameters": {"type": "array"}}), "canary.tool.tool"),
+    (with_("canary.tool.tool", {"name": "f", "parameters": {"type": "object", "properties": {}, "required": ["city"]}}), "canary.tool.tool"),
+    (with_("canary.tool.tool", {"name": "f", "arguments": {}}), "canary.tool.tool"),
+    (with_("canary.tool.extra_body", {"temperature": 1.0}), "canary.tool.extra_body"),
+    (with_("canary.perplexity.tool", {"name": "f"}), "canary.perplexity"),
 ]
 
 
@@ -260,8 +267,16 @@ def test_a_sites_canary_is_added_and_one_of_the_sets_changed_in_its_length():
     assert [name for name, canary in sorted(site.canaries.items()) if canary.watch] == ["fabric"]
     assert site.canaries["mine"].max_tokens == 8 and site.canaries["mine"].checks == ("answer",)
     assert (site.canaries["long"].max_tokens, site.canaries["long"].long) == (100, False)
-    assert sorted(site.canaries) == ["code", "fabric", "long", "mine", "perplexity"]
+    assert sorted(site.canaries) == ["code", "fabric", "long", "mine", "perplexity", "tool"]
     assert (site.canaries["perplexity"].perplexity, site.canaries["perplexity"].checks) == (True, ())
+
+
+def test_a_sites_tool_canary_offers_its_own_function_with_fields_of_its_own():
+    """The control case of the tool canary's mistakes."""
+    tool = {"name": "find-file", "description": "d", "parameters": {"type": "object", "properties": {"path": {"type": "string"}},
+                                                                    "required": ["path"]}}
+    site = load(with_("canary.tool.tool", tool, with_("canary.tool.extra_body", {"top_k": 1})))
+    assert (site.canaries["tool"].tool, site.canaries["tool"].extra_body) == (tool, {"top_k": 1})
 
 
 def test_a_schedule_to_max_num_seqs_within_speculative_tokens_is_taken():

@@ -25,7 +25,7 @@ from pathlib import Path
 
 from . import planned
 from .atomic import write_atomically
-from .canary import DIFFERS, CanaryError, answer, comparable, first_difference, settled
+from .canary import ASKED_WITH, DIFFERS, CanaryError, answer, comparable, first_difference, settled
 from .constants import RECORD_STATE
 from .health import call
 from .metrics import Metrics
@@ -57,7 +57,8 @@ def compared(url: str, key: str, answers: dict, names: list[str], agree_tokens: 
     changed = {}
     for name in names:
         kept = answers.get(name) if isinstance(answers.get(name), dict) else {}
-        canary = {"name": name, "checks": ["greedy"], **{field: kept.get(field) for field in ("prompt", "max_tokens", "ignore_eos")}}
+        canary = {"name": name, "checks": ["greedy"], **{field: kept.get(field) for field in ("prompt", "max_tokens", "ignore_eos")},
+                  **{field: kept[field] for field in ASKED_WITH if kept.get(field)}}
         if not (isinstance(canary["prompt"], str) and isinstance(canary["max_tokens"], int) and comparable(canary, kept)):
             continue
         got, failures = settled(canary, kept, agree_tokens, functools.partial(answer, url, key, model, canary, timeout))

@@ -1,7 +1,9 @@
 """Are the answers still right? The canary set, run through vLLM's API at temperature 0 after a
 change has served its first token and before its state is recorded as one that served. Each
 answer is checked by rules that need no reference (an answer at all, text without replacement
-characters or control bytes, no runaway loop at its end); where the
+characters or control bytes, no runaway loop at its end). A canary with a tool is asked as a chat
+offering that tool (tool_choice auto): its answer must hold a call of it that the served tool
+parser parsed, its arguments a JSON object with the tool's required parameters. Where the
 state that served before ran the same weights, each greedy answer is compared with the one
 recorded then, token by token: speculative decoding is lossless at temperature 0, so a
 difference is a defect of the new state, except past --agree-tokens (numerical drift the site
@@ -37,6 +39,8 @@ from .secret import KEY_FIX, SecretError, read_secret
 
 # What a canary's answer is checked for (each canary names its own; all of them by default):
 CHECKS = ("answer", "text", "loop", "greedy")  # any token; no broken text; no loop at the end; the recorded greedy answer
+ASKED_WITH = ("tool", "extra_body")  # what else a canary may be asked with: a tool offered (a function's name, description,
+# parameters), and fields laid under the request's own (a site's; the lab's forces its random model's answer to a call)
 LOOP_PERIOD = 8  # tokens: the longest n-gram a runaway loop repeats
 LOOP_TOKENS = 64  # a loop's share of an answer's end, in tokens, that fails it
 BROKEN_TEXT = re.compile("[\ufffd\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
@@ -87,10 +91,10 @@ def first_difference(tokens: list[int], recorded: list[int]) -> int | None:
     return None if len(tokens) == len(recorded) else min(len(tokens), len(recorded))
 
 
-def completed(url: str, key: str, canary: dict, body: dict, timeout: float) -> dict:
-    """The first choice of one canary's completion request; a CanaryError saying what the API
+def completed(url: str, key: str, canary: dict, body: dict, timeout: float, path: str = "/v1/completions") -> dict:
+    """The first choice of one canary's request to ``path``; a CanaryError saying what the API
     answered when it was not 200."""
-    status, found = call(url, key, "/v1/completions", body, timeout)
+    status, found = call(url, key, path, body, timeout)
     if status != 200:
         message = found.get("error", {}).get("message") if isinstance(found.get("error"), dict) else found.get("message")
         raise CanaryError(f"{canary['name']}: the API answered {status}: {str(message or found)[:200]}", status)
@@ -98,23 +102,57 @@ def completed(url: str, key: str, canary: dict, body: dict, timeout: float) -> d
 
 
 def request(canary: dict) -> dict:
-    """What makes a greedy canary's answer: two answers are compared only when it is the same."""
-    return {"prompt": canary["prompt"], "max_tokens": canary["max_tokens"], "ignore_eos": canary.get("ignore_eos", False)}
+    """What makes a greedy canary's answer: two answers are compared only when it is the same
+    (its tool and extra_body, where it has them)."""
+    return {"prompt": canary["prompt"], "max_tokens": canary["max_tokens"], "ignore_eos": canary.get("ignore_eos", False),
+            **{field: canary[field] for field in ASKED_WITH if canary.get(field)}}
 
 
 def comparable(canary: dict, recorded: dict | None) -> bool:
     """Whether ``recorded`` is a greedy answer to the same request as ``canary``'s (a site that
     changed a canary's prompt or length has nothing to compare it with yet)."""
+    asked = request(canary)
     return isinstance(recorded, dict) and isinstance(recorded.get("tokens"), list) and all(
-        recorded.get(field) == value for field, value in request(canary).items())
+        recorded.get(field) == asked.get(field) for field in (*asked, *ASKED_WITH))
 
 
 def answer(url: str, key: str, model: str, canary: dict, timeout: float) -> dict:
-    """One canary's greedy completion: its text and token IDs (vLLM's return_token_ids)."""
-    choice = completed(url, key, canary, {"model": model, **request(canary), "temperature": 0, "return_token_ids": True}, timeout)
+    """One canary's greedy answer: its text and token IDs (vLLM's return_token_ids); for a canary
+    with a tool, a chat offering it, and the calls the served tool parser found in the answer."""
+    asked = request(canary)
+    body = {**asked.pop("extra_body", {}), "model": model, "temperature": 0, "return_token_ids": True}
+    if "tool" in asked:
+        tool, prompt = asked.pop("tool"), asked.pop("prompt")
+        choice = completed(url, key, canary, {**body, **asked, "messages": [{"role": "user", "content": prompt}],
+                                              "tools": [{"type": "function", "function": tool}], "tool_choice": "auto"},
+                           timeout, "/v1/chat/completions")
+        message = choice.get("message") or {}
+        found = {"text": message.get("content") or "", "finish_reason": choice.get("finish_reason"),
+                 "tool_calls": [call["function"] for call in message.get("tool_calls") or []]}
+    else:
+        choice = completed(url, key, canary, {**body, **asked}, timeout)
+        found = {"text": choice["text"]}
     if choice.get("token_ids") is None:
         raise CanaryError(f"{canary['name']}: the API returned no token IDs (vLLM's return_token_ids): the image's vLLM is too old")
-    return {"text": choice["text"], "tokens": choice["token_ids"]}
+    return {**found, "tokens": choice["token_ids"]}
+
+
+def tool_failures(tool: dict, got: dict) -> list[str]:
+    """What is wrong with a tool canary's answer: no call parsed from it, a call of another
+    function, or arguments that are not a JSON object holding the tool's required parameters."""
+    if not got["tool_calls"]:
+        return [f"no tool call parsed from the answer (finish reason {got['finish_reason']}): the served tool parser found none"]
+    called = got["tool_calls"][0]
+    if called.get("name") != tool["name"]:
+        return [f"a call of {called.get('name')!r}, not of the tool offered, {tool['name']!r}"]
+    try:
+        arguments = json.loads(called.get("arguments") or "")
+    except ValueError:
+        return [f"the call's arguments are not JSON: {str(called.get('arguments'))[:80]!r}"]
+    if not isinstance(arguments, dict):
+        return [f"the call's arguments are not a JSON object: {called.get('arguments')[:80]!r}"]
+    missing = [name for name in tool.get("parameters", {}).get("required", []) if name not in arguments]
+    return [f"the call's arguments lack the required {', '.join(missing)}"] if missing else []
 
 
 def checked(canary: dict, got: dict, recorded: dict | None, agree_tokens: int) -> list[str]:
@@ -122,7 +160,7 @@ def checked(canary: dict, got: dict, recorded: dict | None, agree_tokens: int) -
     same canary's answer in the state before, on the same weights, to the same request) over its
     first ``agree_tokens`` tokens."""
     checks = tuple(canary.get("checks", CHECKS))
-    failures = ill_formed(got["text"], got["tokens"], checks)
+    failures = ill_formed(got["text"], got["tokens"], checks) + (tool_failures(canary["tool"], got) if canary.get("tool") else [])
     if "greedy" in checks and comparable(canary, recorded):
         differs = first_difference(got["tokens"][:agree_tokens], recorded["tokens"][:agree_tokens])
         if differs is not None:
@@ -244,6 +282,9 @@ def run(url: str, key: str, canaries: list[dict], recorded: dict, agree_tokens: 
     answers, failures = {}, {}
     for canary in canaries:
         started = time.monotonic()
+        if canary.get("not_run"):
+            print(f"canary {canary['name']}: not run: {canary['not_run']}", flush=True)
+            continue
         if canary.get("perplexity"):
             got = scored(url, key, model, canary, timeout)
             before = recorded.get(canary["name"], {}).get("perplexity")
@@ -278,7 +319,8 @@ def main(argv: list[str], prog: str) -> None:
     parser = argparse.ArgumentParser(prog=prog, description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--url", required=True)
     parser.add_argument("--key-file", type=Path, required=True)
-    parser.add_argument("--set", required=True, help="the canaries: a JSON list of {name, prompt, max_tokens, ignore_eos, checks, perplexity}")
+    parser.add_argument("--set", required=True, help="the canaries: a JSON list of {name, prompt, max_tokens, ignore_eos, checks, "
+                                                     "perplexity, tool, extra_body, not_run (why it is not run)}")
     parser.add_argument("--model-digest", required=True, help="the served weights' manifest digest")
     parser.add_argument("--cluster", required=True, help="the state's ID, kept with the answers")
     parser.add_argument("--agree-tokens", type=int, required=True, help="how many first tokens of a greedy answer must agree")
@@ -308,4 +350,4 @@ def main(argv: list[str], prog: str) -> None:
                                           sort_keys=True) + "\n", 0o644)
     if failed:
         sys.exit("canary: " + "; ".join(f"{name} failed: {', '.join(found)}" for name, found in failed.items()))
-    print(f"canary: all {len(canaries)} passed", flush=True)
+    print(f"canary: all {len(answers)} passed", flush=True)

@@ -428,11 +428,11 @@ def test_a_change_that_answers_wrongly_is_refused_by_the_canaries_and_rolled_bac
     """A profile whose vLLM answers wrongly from its token 24 on (the lab's fault: each token then
     the next ID over), its first token and every check of the API green: the short canaries (up to
     12 tokens) pass, the long one (48) differs from the answer recorded with the state that serves
-    at token 24, asked twice; the change is not kept, every node returns to that state, and no
-    request fails at the door."""
+    at token 24, asked twice, and the tool call (64 tokens) no longer parses; the change is not
+    kept, every node returns to that state, and no request fails at the door."""
     url, key = api
     served = state(HEAD)
-    assert served.get("canaries", {}).get("passed") == ["code", "fabric", "long", "perplexity"], served
+    assert served.get("canaries", {}).get("passed") == ["code", "fabric", "long", "perplexity", "tool"], served
     site = tmp_path / "site.toml"
     site.write_text(SITE.read_text() + '\n[profile.wrong]\nbase = "adaptive"\nenv = { SPARKLAB_ANSWER_FAULT = "shift:24" }\n')
     result, probe, stream = change_through_the_door(url, key, "-y", "--data", "profile=wrong", task="tasks/profile.py", site=site)
@@ -442,6 +442,9 @@ def test_a_change_that_answers_wrongly_is_refused_by_the_canaries_and_rolled_bac
         assert re.search(rf"canary {short}: \d+ tokens in [\d.]+ s, compared with the recorded answers: passed", result.stdout), result.stdout
     assert re.search(r"canary long: 48 tokens in [\d.]+ s, compared with the recorded answers: differs from the recorded answer at token "
                      r"24 \(of 48; the first 48 must agree\)", result.stdout), result.stdout
+    assert re.search(r"canary tool: \d+ tokens in [\d.]+ s, compared with the recorded answers: no tool call parsed from the "
+                     r"answer \(finish reason stop\): the served tool parser found none; differs from the recorded answer at token 24",
+                     result.stdout), result.stdout
     assert "serving tiny (profile wrong) answered wrongly" in result.stdout, result.stdout
     assert "rolling every node back to the state that served before it: profile adaptive" in result.stdout
     assert "so every node was rolled back, and serves again" in result.stdout
@@ -456,7 +459,7 @@ def test_verify_runs_the_canaries_on_demand_against_the_state_that_serves(api):
     result = run("-y", "--data", "canary=full", task="tasks/verify.py")
     assert result.returncode == 0, result.stdout
     assert re.search(r"canary long: 48 tokens in [\d.]+ s, compared with the recorded answers: passed", result.stdout), result.stdout
-    assert "canary: all 4 passed" in result.stdout
+    assert "canary: all 5 passed" in result.stdout
     assert {node.role: container(node) for node in (HEAD, WORKER)} == before and state(HEAD) == served
 
 

@@ -1,7 +1,8 @@
 """The canaries' rules (files/dual_spark/canary.py) on answers as vLLM returns them, token IDs and
 text: what needs no reference (an answer, broken text, a loop at the end) and the comparison with
 the answer recorded when the state before served. The lab's fault (lab/vllm_sitecustomize.py)
-makes the answers these rules must catch. Against a real vLLM: tests/serving/test_canary.py."""
+makes the answers these rules must catch. The tool canary's, on a CPU vLLM 0.32's real chat answers
+(four lab nodes, the hermes parser): a parsed call, and the same request under the lab's fault. Against a real vLLM: tests/serving/test_canary.py."""
 
 import json
 import threading
@@ -202,3 +203,67 @@ def test_the_labs_fault_makes_answers_the_canaries_catch(kind, caught):
 def test_the_labs_canaries_are_the_products_and_the_programs_checks_the_schemas():
     assert sorted(defaults()["canary"]) == sorted(lab_site.CANARIES)
     assert canary.CHECKS == site_schema.CANARY_CHECKS
+
+
+TOOL = {"name": "get_weather", "description": "The current weather in a city",
+        "parameters": {"type": "object", "properties": {"city": {"type": "string"}}, "required": ["city"]}}
+TOOL_CANARY = {"name": "tool", "prompt": "What is the weather in Paris?", "max_tokens": 96, "checks": ["answer", "loop", "greedy"],
+               "tool": TOOL, "extra_body": {"structured_outputs": {"regex": "<tool_call>.*</tool_call>"}, "temperature": 0.7}}
+
+
+def asked_as_a_chat(answered: str) -> tuple[dict, dict]:
+    """The tool canary asked of a server answering as vLLM did (fixtures/chat-tool-call-ANSWERED.json):
+    the request it received, by path, and the canary's answer."""
+    body = (REPO / f"tests/programs/fixtures/chat-tool-call-{answered}.json").read_bytes()
+    received = {}
+
+    def do_POST(self):
+        received[self.path] = json.loads(self.rfile.read(int(self.headers["Content-Length"])))
+        self.send_response(200), self.send_header("Content-Type", "application/json"), self.end_headers(), self.wfile.write(body)
+
+    server = QuietServer(("127.0.0.1", 0), type("Chat", (BaseHTTPRequestHandler,), {"log_message": lambda self, *args: None, "do_POST": do_POST}))
+    threading.Thread(target=server.serve_forever, args=(0.05,), daemon=True).start()
+    try:
+        return received, canary.answer(f"http://127.0.0.1:{server.server_address[1]}", "key", "tiny", TOOL_CANARY, 10)
+    finally:
+        server.shutdown()
+
+
+def test_a_tool_canary_is_a_chat_offering_its_tool_and_passes_on_a_parsed_call():
+    received, got = asked_as_a_chat("ok")
+    [(path, body)] = received.items()
+    assert path == "/v1/chat/completions"
+    assert body["tools"] == [{"type": "function", "function": TOOL}] and body["tool_choice"] == "auto"
+    assert body["messages"] == [{"role": "user", "content": TOOL_CANARY["prompt"]}] and "prompt" not in body
+    assert body["structured_outputs"] == TOOL_CANARY["extra_body"]["structured_outputs"]
+    assert (body["temperature"], body["max_tokens"], body["return_token_ids"]) == (0, 96, True)  # the canary's own, over extra_body's
+    assert got["tool_calls"] == [{"name": "get_weather", "arguments": '{"city": "Oslo"}'}] and len(got["tokens"]) == 64
+    assert canary.checked(TOOL_CANARY, got, None, 64) == []
+    assert canary.checked(TOOL_CANARY, got, {**canary.request(TOOL_CANARY), "tokens": got["tokens"]}, 64) == []
+
+
+def test_a_tool_call_the_parser_could_not_read_fails_the_tool_canary():
+    """The lab's fault from token 20: the parser reads no call, and gives the text back as content."""
+    _, got = asked_as_a_chat("broken")
+    assert got["tool_calls"] == [] and got["text"].startswith("<tool_call>")
+    assert canary.checked(TOOL_CANARY, got, None, 64) == \
+        ["no tool call parsed from the answer (finish reason stop): the served tool parser found none"]
+
+
+@pytest.mark.parametrize("called, failure", [
+    ({"name": "get_time", "arguments": '{"city": "Oslo"}'}, "a call of 'get_time', not of the tool offered, 'get_weather'"),
+    ({"name": "get_weather", "arguments": '{"city": "Oslo"'}, "the call's arguments are not JSON: '{\"city\": \"Oslo\"'"),
+    ({"name": "get_weather", "arguments": '["Oslo"]'}, "the call's arguments are not a JSON object: '[\"Oslo\"]'"),
+    ({"name": "get_weather", "arguments": '{"town": "Oslo"}'}, "the call's arguments lack the required city"),
+    ({"name": "get_weather", "arguments": '{"city": "Oslo", "unit": "C"}'}, None),
+])
+def test_a_tool_call_must_be_of_the_tool_offered_with_json_arguments_holding_its_required_ones(called, failure):
+    found = canary.tool_failures(TOOL, {"tool_calls": [called], "finish_reason": "tool_calls"})
+    assert found == ([failure] if failure else [])
+
+
+def test_a_recorded_tool_answer_is_compared_only_with_the_same_tool_offered():
+    recorded = {**canary.request(TOOL_CANARY), "tokens": ANSWER}
+    assert canary.comparable(TOOL_CANARY, recorded)
+    assert not canary.comparable({**TOOL_CANARY, "tool": {**TOOL, "name": "get_time"}}, recorded)
+    assert not canary.comparable({key: value for key, value in TOOL_CANARY.items() if key != "tool"}, recorded)

@@ -47,7 +47,10 @@ def canary(url: str, tmp_path: Path, canaries: list[dict], out: str, reference: 
 
 
 def test_the_lab_set_answers_the_same_twice_and_a_changed_answer_is_named(vllm_server, lab_set, tmp_path):
-    assert [found["name"] for found in lab_set] == ["code", "fabric", "long", "perplexity"]
+    """Without the tool canary: this directory's vLLM has no tool-call parser (test_clients_probe
+    needs one without); the lab's runs it (tests/e2e/test_40_serving.py, tests/cluster)."""
+    assert [found["name"] for found in lab_set] == ["code", "fabric", "long", "perplexity", "tool"]
+    lab_set = [found for found in lab_set if "tool" not in found]
     first = canary(vllm_server, tmp_path, lab_set, "first.json")
     assert first.returncode == 0, first.stdout + first.stderr
     assert "canary long: 48 tokens in" in first.stdout and "no answer of these weights recorded: passed" in first.stdout
@@ -57,8 +60,11 @@ def test_the_lab_set_answers_the_same_twice_and_a_changed_answer_is_named(vllm_s
     assert recorded["speculation"] == SPECULATIVE and len(recorded["acceptance"]["per_position"]) == 3, recorded["acceptance"]
     assert re.search(r"canary acceptance: [\d.]+, [\d.]+, [\d.]+ by draft position over \d+ drafts, none recorded", first.stdout), first.stdout
 
-    again = canary(vllm_server, tmp_path, lab_set, "again.json", tmp_path / "first.json")
+    not_run = {"name": "tool", "not_run": "it offers a tool, and [model] names no tool_call_parser"}
+    again = canary(vllm_server, tmp_path, [*lab_set, not_run], "again.json", tmp_path / "first.json")
     assert again.returncode == 0, again.stdout + again.stderr
+    assert "canary tool: not run: it offers a tool, and [model] names no tool_call_parser" in again.stdout
+    assert "canary: all 4 passed" in again.stdout and "tool" not in json.loads((tmp_path / "again.json").read_text())["answers"]
     assert again.stdout.count("compared with the recorded answers: passed") == 3, again.stdout
     assert re.search(r"canary perplexity: perplexity [\d.e+]+ over \d+ tokens in [\d.]+ s, against [\d.e+]+ recorded: passed", again.stdout)
     assert re.search(r"canary acceptance: .* by draft position over \d+ drafts, against .* recorded: passed", again.stdout), again.stdout
