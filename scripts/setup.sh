@@ -50,7 +50,8 @@ wait_for_lab_images() {
 # The fast tier as an ordinary user, in the background: it needs neither root nor the lab. On a
 # copy of the tree that user can read, in a virtualenv of the system Python (some machines' default
 # Python lives under /root, which other users cannot enter). Its job is $FAST_TIER, its output in
-# $FAST_TIER_LOG (scripts/test waits for it and prints it).
+# $FAST_TIER_LOG (scripts/test waits for it and prints it). Its virtualenv is made at once; its
+# tests start once the file $1 exists (scripts/test makes it when the lab lends its cores).
 FAST_TIER_USER=sparkci
 start_fast_tier() {
   id -u "$FAST_TIER_USER" >/dev/null 2>&1 || useradd --create-home "$FAST_TIER_USER"
@@ -62,6 +63,7 @@ start_fast_tier() {
     cd '$FAST_TIER_COPY'
     python3 -m venv .venv
     .venv/bin/pip install -q -r requirements.txt
+    until [ -e '$1' ]; do sleep 1; done
     .venv/bin/python -m pytest -q -p no:cacheprovider -m 'not end_to_end'
   " >"$FAST_TIER_LOG" 2>&1 &
   FAST_TIER=$!

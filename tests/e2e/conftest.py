@@ -28,6 +28,7 @@ REPO = Path(__file__).resolve().parents[2]
 PYINFRA = Path(sys.executable).parent / "pyinfra"
 SITE = LAB_DIR / "site.toml"
 LAB_ENV = {**os.environ, "DUAL_SPARK_SITE": str(SITE)}
+LENT_BACK_WITHIN = 1200  # seconds the lab waits at the end of its idle stretch for the sessions beside it
 RECOVERED: dict[str, float] = {}
 """Fault -> seconds until the pair served a token again (test_50), printed at the end of the run."""
 FOUND: dict[str, float] = {}
@@ -180,6 +181,22 @@ def reboot(*which) -> None:
         faults.crash(node)
     for node in which:
         nodes.boot(node)
+
+
+@pytest.fixture(scope="module")
+def lent_cores():
+    """The lab's idle stretch, for a module that waits on timers more than it computes: where
+    scripts/test names a directory (DUAL_SPARK_LENT), the fast tier and tests/serving run from the
+    module's start, and the session goes on to the next module, whose faults are timed, only once
+    they have ended. Elsewhere, nothing."""
+    lent = os.environ.get("DUAL_SPARK_LENT")
+    if lent:
+        Path(lent, "lent").touch()
+    yield
+    deadline = time.monotonic() + LENT_BACK_WITHIN
+    while lent and not Path(lent, "returned").exists():
+        assert time.monotonic() < deadline, f"the sessions beside the lab's have not ended {LENT_BACK_WITHIN} s after the module"
+        time.sleep(2)
 
 
 def serving_after(timeout: float = 600) -> float:

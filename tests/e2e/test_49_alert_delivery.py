@@ -27,7 +27,8 @@ from layout import store_entry
 from tests.e2e.conftest import RECOVERED, pyinfra, serving_after, site_variant
 from tests.e2e.test_10_converge import changed_operations
 
-pytestmark = pytest.mark.end_to_end
+# Mostly waits on Alertmanager's groups and a worker's backoff: the lab's cores are lent meanwhile.
+pytestmark = [pytest.mark.end_to_end, pytest.mark.usefixtures("lent_cores")]
 PORT = 19099  # on the head's loopback: nothing of the deploy's listens there
 # In the head's root file system, which the host sees at HEAD.root (a node's /tmp and /run are
 # its own tmpfs, out of the host's sight): what the listener received, a JSON line a POST.
