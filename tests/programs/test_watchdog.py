@@ -5,6 +5,7 @@ sleeping process). With several workers, each runs its own watchdog and launch.s
 worker in turn (templates/serving/launch.sh.j2)."""
 
 import json
+import os
 import socket
 import subprocess
 import sys
@@ -21,8 +22,9 @@ from tests.net import QuietServer, free_port
 from tests.programs import ARCHIVE
 
 # The head, as workers see it: an address no other test connects to, since a worker watchdog counts
-# every link of this host's processes to it as its vLLM's (tests run side by side).
-HEAD_IP = "127.0.0.42"
+# every link of this host's processes to it as its vLLM's. Tests run side by side in several
+# processes (pytest-xdist's gw0, gw1, ...), this file's too: one address for each.
+HEAD_IP = f"127.0.42.{int(os.environ.get('PYTEST_XDIST_WORKER', 'gw0').removeprefix('gw')) + 1}"
 
 
 class FakeApi:
@@ -220,8 +222,9 @@ def test_the_worker_leaves_a_head_session_that_is_gone(vllm, tmp_path):
     process = watchdog("worker", "--ip", "127.0.0.1", "--head-ip", HEAD_IP, "--port", str(port),
                        "--pid", str(vllm.pid), "--interval", "0.2", "--state", str(tmp_path / "worker-starts"))
     try:
-        time.sleep(1)
-        assert (state_of(port) or {}).get("state") == "waiting", "a poll of the head's watchdog was taken for vLLM's link"
+        assert wait_for(lambda: state_of(port) is not None), "the worker's watchdog never answered"  # its Python started, however loaded the machine
+        time.sleep(1)  # five looks at its links
+        assert state_of(port)["state"] == "waiting", "a poll of the head's watchdog was taken for vLLM's link"
         links.append(socket.create_connection(listener.getsockname()))  # vLLM's connection to the head
         assert wait_for(lambda: (state_of(port) or {}).get("joined") == head.session)
         assert state_of(port)["state"] == "joined" and vllm.poll() is None
