@@ -75,13 +75,12 @@ def listening(sections: dict[str, list[str]], name: str) -> list[str]:
 
 
 def health(given: dict) -> StringCommand | None:
-    """The programs' one-token probe of the API through the front door, on the head; at once where
-    vLLM behind it does not answer (the door would hold the probe while vLLM restarts)."""
+    """The programs' one-token probe of the API, on the head."""
     api = given["api"]
     if api is None:
         return None
-    return StringCommand("python3", QuoteString(api["programs"]), "ready", "--url", QuoteString(f"http://{api['host']}:{api['port']}"),
-                         "--backend", QuoteString(api["backend"]), "--key-file", QuoteString(api["key_file"]), "--timeout", "20", "2>/dev/null")
+    return StringCommand("python3", QuoteString(api["programs"]), "health", "--url", QuoteString(f"http://{api['host']}:{api['port']}"),
+                         "--key-file", QuoteString(api["key_file"]), "--timeout", "20", "2>/dev/null")
 
 
 # Every section of Readiness, by its name in the reading, in the order the command runs them: the
