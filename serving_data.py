@@ -80,7 +80,7 @@ def _canary(name: str, spec: dict, error) -> None:
     if "prompt" not in spec:
         error(f"{where}.prompt", None, "write the prompt the canary completes")
     if spec.get("perplexity"):
-        if any(key in spec for key in ("max_tokens", "long", "ignore_eos", "checks", "watch", "tool")):
+        if any(key in spec for key in ("max_tokens", "long", "ignore_eos", "checks", "watch", "tool", "extra_body")):
             error(where, sorted(spec), "a perplexity canary scores its prompt alone: give it prompt and perplexity = true, nothing else")
         spec["checks"] = ()
         return

@@ -251,6 +251,7 @@ USER_MISTAKES = [
     (with_("canary.tool.tool", {"name": "f", "arguments": {}}), "canary.tool.tool"),
     (with_("canary.tool.extra_body", {"temperature": 1.0}), "canary.tool.extra_body"),
     (with_("canary.perplexity.tool", {"name": "f"}), "canary.perplexity"),
+    (with_("canary.perplexity.extra_body", {"top_k": 1}), "canary.perplexity"),
 ]
 
 
