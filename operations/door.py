@@ -73,7 +73,8 @@ def readings(cluster: Cluster, name: str) -> list[Reading]:
 
 def keyed(settings: DoorSettings, keys: dict):
     """Each client's key made on the head (never shown), a key whose client left the site
-    removed, and the door's maps written again from the key files when they say otherwise."""
+    removed, and the door's maps written again from the key files when they say otherwise, and
+    replaced in the running door's memory: a revoked key is refused once this step ends."""
     wanted, have = set(settings.clients), set(keys["clients"])
     commands = []
     for name in sorted(wanted - have):
@@ -95,7 +96,7 @@ def keyed(settings: DoorSettings, keys: dict):
             show_line("Will write the door's keys again from the key files on the head")
         commands.append(StringCommand("mkdir", "-p", DOOR["dir"], "&&", "python3", QuoteString(settings.programs), "door", "keys",
                                       "--deploy-key", QuoteString(settings.deploy_key), "--clients", QuoteString(settings.clients_dir),
-                                      "--map", DOOR["clients_map"], "--backend-map", DOOR["backend_map"]))
+                                      "--map", DOOR["clients_map"], "--backend-map", DOOR["backend_map"], "--socket", DOOR["socket"]))
     return commands
 
 

@@ -10,10 +10,12 @@
         it, requests in flight, the requests it retried and those it answered with an error; with
         URL, its counts, the requests held now and the oldest one's wait), or {"door": null}
         without a door.
-    door keys --deploy-key F --clients DIR --map M --backend-map B
+    door keys --deploy-key F --clients DIR --map M --backend-map B [--socket S]
         Write the door's two maps (root's, mode 600, whole or not at all): M takes each key the
         door lets in to its client's name (the deploy's own key F as "deploy", each DIR/NAME.key
-        as NAME), B the key the door hands vLLM (F). No key is ever printed.
+        as NAME), B the key the door hands vLLM (F). With a running door at S, its maps are
+        replaced in memory too, in one commit: a key removed is refused from then on, not once a
+        reload has ended. No key is ever printed.
 """
 
 from __future__ import annotations
@@ -141,15 +143,39 @@ def key_of(path: Path) -> str:
     return text
 
 
+def loaded(path: str, name: str, lines: list[str]) -> bool:
+    """Map ``name`` of the door running at ``path`` replaced by ``lines`` in one commit (a new
+    version prepared, filled, then made current); False where that door has no such map (its
+    configuration names it once it is reloaded)."""
+    prepared = re.fullmatch(r"New version created: (\d+)", ask(path, f"prepare map {name}").strip())
+    if not prepared:
+        return False
+    version = prepared.group(1)
+    for line in lines:
+        answer = ask(path, f"add map @{version} {name} {line}").strip()
+        if answer:
+            raise OSError(f"the door refused a line of {name}: {answer[:200]}")
+    answer = ask(path, f"commit map @{version} {name}").strip()
+    if answer:
+        raise OSError(f"the door refused to commit {name}: {answer[:200]}")
+    return True
+
+
 def keys(args) -> None:
     deploy = key_of(Path(args.deploy_key))
     lines = [f"{deploy} deploy"]
     clients = Path(args.clients)
     for path in sorted(clients.glob("*.key")) if clients.is_dir() else []:
         lines.append(f"{key_of(path)} {path.stem}")
-    write_atomically(Path(args.map), "\n".join(lines) + "\n", 0o600)
-    write_atomically(Path(args.backend_map), f"vllm {deploy}\n", 0o600)
+    maps = {args.map: lines, args.backend_map: [f"vllm {deploy}"]}
+    for name, content in maps.items():
+        write_atomically(Path(name), "\n".join(content) + "\n", 0o600)
     log(f"the door lets in {len(lines)} key(s): deploy" + "".join(f", {line.rsplit(' ', 1)[1]}" for line in lines[1:]))
+    if args.socket and os.path.exists(args.socket):
+        if all([loaded(args.socket, name, content) for name, content in maps.items()]):
+            log("the running door holds these keys from now on")
+        else:
+            log("the running door does not read these maps yet: it does once reloaded")
 
 
 def main(argv: list[str], prog: str) -> None:
@@ -167,5 +193,6 @@ def main(argv: list[str], prog: str) -> None:
     k.add_argument("--clients", required=True, help="a directory of NAME.key files, one a client")
     k.add_argument("--map", required=True)
     k.add_argument("--backend-map", required=True)
+    k.add_argument("--socket", help="the running door's runtime API, whose maps are replaced too")
     args = parser.parse_args(argv)
     {"stop": stop, "state": state, "keys": keys}[args.action](args)

@@ -25,10 +25,12 @@ def door_program(*args: str) -> subprocess.CompletedProcess:
     return subprocess.run([sys.executable, str(ARCHIVE), "door", *args], capture_output=True, text=True, timeout=60)
 
 
-def write_keys(directory: Path) -> subprocess.CompletedProcess:
-    """The door's maps from the key files in ``directory`` (api-key, clients/NAME.key), as the deploy writes them."""
+def write_keys(directory: Path, socket: str | None = None) -> subprocess.CompletedProcess:
+    """The door's maps from the key files in ``directory`` (api-key, clients/NAME.key), as the
+    deploy writes them; with ``socket``, into the door running there too."""
     return door_program("keys", "--deploy-key", str(directory / "api-key"), "--clients", str(directory / "clients"),
-                        "--map", str(directory / "clients.map"), "--backend-map", str(directory / "backend.map"))
+                        "--map", str(directory / "clients.map"), "--backend-map", str(directory / "backend.map"),
+                        *(["--socket", socket] if socket else []))
 
 
 @contextmanager

@@ -143,7 +143,7 @@ class Vllm:
             self.process.wait()
 
 
-DEPLOY_KEY, LAPTOP_KEY = "d" * 43, "l" * 43
+DEPLOY_KEY, LAPTOP_KEY, PHONE_KEY = "d" * 43, "l" * 43, "p" * 43
 
 
 class Door(NamedTuple):
@@ -322,6 +322,33 @@ def test_the_door_lets_in_the_keys_it_knows_and_hands_vllm_the_deploys(door, tmp
     written = write_keys(tmp_path)
     assert written.stderr.strip() == "dual-spark door: the door lets in 2 key(s): deploy, laptop"
     assert LAPTOP_KEY not in written.stdout + written.stderr and DEPLOY_KEY not in written.stdout + written.stderr
+
+
+def test_a_client_removed_is_refused_by_the_running_door_at_once_and_one_added_let_in(door, tmp_path):
+    """The key files changed under a running door: the keys program replaces its maps in memory
+    (no reload), so the removed client's key is refused as soon as the program returns, the new
+    client's let in, the deploy's kept; a door that reads no such map is said, not failed."""
+    url, socket, vllm, _ = door
+    vllm.start()
+    (tmp_path / "clients/laptop.key").unlink()
+    (tmp_path / "clients/phone.key").write_text(PHONE_KEY + "\n")
+    written = write_keys(tmp_path, socket)
+    assert written.returncode == 0, written.stderr
+    assert "the running door holds these keys from now on" in written.stderr
+    answers: list = []
+    for key in (LAPTOP_KEY, PHONE_KEY, DEPLOY_KEY):
+        get(url + "/v1/whoami", answers, key=key)
+    assert [status for status, _, _, _ in answers] == [401, 200, 200]
+    assert (tmp_path / "clients.map").read_text() == f"{DEPLOY_KEY} deploy\n{PHONE_KEY} phone\n"
+    assert PHONE_KEY not in written.stdout + written.stderr
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    (elsewhere / "api-key").write_text(DEPLOY_KEY + "\n")
+    other = write_keys(elsewhere, socket)  # maps the running door never read
+    assert other.returncode == 0 and "does not read these maps yet: it does once reloaded" in other.stderr, other.stderr
+    answers.clear()
+    get(url + "/v1/whoami", answers, key=PHONE_KEY)
+    assert answers[0][0] == 200
 
 
 def test_a_key_file_that_is_not_one_key_is_refused_without_showing_it(tmp_path):
