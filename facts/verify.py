@@ -75,12 +75,13 @@ def listening(sections: dict[str, list[str]], name: str) -> list[str]:
 
 
 def health(given: dict) -> StringCommand | None:
-    """The programs' one-token probe of the API, on the head."""
+    """The programs' one-token probe of the API through the front door, on the head; the engine's
+    counters read behind it (the door would hold those reads too while vLLM restarts)."""
     api = given["api"]
     if api is None:
         return None
-    return StringCommand("python3", QuoteString(api["programs"]), "health", "--url", QuoteString(f"http://{api['host']}:{api['port']}"),
-                         "--key-file", QuoteString(api["key_file"]), "--timeout", "20", "2>/dev/null")
+    return StringCommand("python3", QuoteString(api["programs"]), "ready", "--url", QuoteString(f"http://{api['host']}:{api['port']}"),
+                         "--backend", QuoteString(api["backend"]), "--key-file", QuoteString(api["key_file"]), "--timeout", "20", "2>/dev/null")
 
 
 # Every section of Readiness, by its name in the reading, in the order the command runs them: the

@@ -19,7 +19,7 @@ from facts.host_prep import UserGroups
 from facts.identity import MachineIds
 from facts.serving import ServingState
 from facts.verify import SHARED, Readiness, Readings, ping_targets, ssh_targets
-from layout import paths
+from layout import VLLM_HOST, paths
 from operations.peer import failed_step, reachable
 from operations.readings import Reading, plans, read_many
 from operations.runtime import image_reading, model_entry, model_reading
@@ -40,7 +40,8 @@ def readiness_arguments(cluster: Cluster, name: str) -> dict:
     api = None
     if cluster.node(name).role == "head":
         where = paths(settings.state_dir, model_entry(cluster))
-        api = {"programs": where["programs"], "host": settings.api_host, "port": settings.api_port, "key_file": where["api_key"]}
+        api = {"programs": where["programs"], "host": settings.api_host, "port": settings.api_port, "key_file": where["api_key"],
+               "backend": f"http://{VLLM_HOST}:{settings.vllm_port}"}
     return {"user": cluster.deploy_user, "pings": [f"{netdev} {address}" for _, netdev, _, address in ping_targets(cluster, name)],
             "size": settings.fabric_mtu - 28, "ssh_to": [address for _, address in ssh_targets(cluster, name)],
             "userns_key": USERNS_KEY, "api": api}

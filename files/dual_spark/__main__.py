@@ -4,6 +4,7 @@
     fetch     the model fetched from the Hugging Face hub (inside the runtime image)
     progress  progress lines of a long step: a counting pipe, a command watched
     health    does the API generate a token (and vLLM's metrics)
+    ready     do clients get a token through the front door (vLLM down behind it said at once)
     canary    are the API's answers still right: the canary set after a change
     answers   are they still the recorded ones while it serves: the watched canaries, again and again
     watchdog  beside vLLM in each container: ends it when this side can no longer serve
@@ -26,7 +27,7 @@ import importlib
 import os
 import sys
 
-PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "canary": "canary", "answers": "answers", "watchdog": "watchdog", "metrics": "metrics",
+PROGRAMS = {"sync": "sync.cli", "fetch": "fetch", "progress": "progress", "health": "health", "ready": "ready", "canary": "canary", "answers": "answers", "watchdog": "watchdog", "metrics": "metrics",
             "stack": "stack", "smoke": "smoke", "door": "door",
             "planned": "planned", "silence": "silence", "peers": "peers", "image": "image", "own": "own"}
 
