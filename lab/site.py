@@ -31,6 +31,7 @@ from lab.config import (
     lab_nodes,
     rdma_of,
 )
+from layout import IN_CONTAINER
 from site_schema import toml_value
 
 PROFILES = ("adaptive", "fast", "long-c4")
@@ -78,7 +79,9 @@ def render(runtime_context: Path, shared: list[str], nodes: list[Node] | None = 
         # read what it wrote (lab.config.VLLM_CACHE is the smoke test's and tests/serving's only).
         # The lab's fault of the answers, switched on under a running vLLM by writing this file in a
         # container (lab/vllm_sitecustomize.py); no file, no fault.
-        "container_env": {**VLLM_ENV, "SPARKLAB_ANSWER_FAULT_FILE": ANSWER_FAULT_FILE},
+        # NUMBA_CACHE_DIR, in the deploy's cache of the image (kept across restarts): the lab's ngram
+        # drafter compiles its kernels once, not at every start (lab/vllm_sitecustomize.py).
+        "container_env": {**VLLM_ENV, "SPARKLAB_ANSWER_FAULT_FILE": ANSWER_FAULT_FILE, "NUMBA_CACHE_DIR": f"{IN_CONTAINER['cache']}/numba"},
         "vllm_extra_args": VLLM_ARGS,
         "speculative_method": "ngram",
         "speculative_options": {"prompt_lookup_max": 3, "prompt_lookup_min": 1},

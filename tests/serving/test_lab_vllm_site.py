@@ -50,3 +50,15 @@ def test_the_servers_engine_is_forked_not_spawned(vllm_server):
     engines = [pid for pid, (parent, cmdline) in table.items() if parent == server and cmdline.startswith(b"VLLM::")]
     assert engines, f"no vLLM process under the server {server}"
     assert {pid: torch_at(pid) for pid in engines} == {pid: torch_at(server) for pid in engines}
+
+
+def test_the_ngram_drafters_kernels_are_cached_where_the_lab_names_a_cache_and_numba_is_left_as_it_was(tmp_path):
+    """The finder the lab's vLLM inserts where NUMBA_CACHE_DIR is set: the drafter's two kernels
+    compile with numba's cache; a kernel of any other module, and numba's decorators, as before."""
+    script = ("import sys, numba, sitecustomize; before = numba.jit, numba.njit; sys.meta_path.insert(0, sitecustomize.CachedDrafter())\n"
+              "from vllm.v1.spec_decode import ngram_proposer as drafter\n"
+              "@numba.njit\ndef other(x): return x\n"
+              "print([type(kernel._cache).__name__ for kernel in (drafter.batch_propose_numba, drafter._find_longest_matched_ngram_and_propose_tokens, other)],"
+              " (numba.jit, numba.njit) == before)")
+    ran = subprocess.run([VLLM_PYTHON, "-c", script], capture_output=True, text=True, timeout=300, env={"NUMBA_CACHE_DIR": str(tmp_path), "PATH": "/usr/bin:/bin"})
+    assert ran.stdout.splitlines()[-1] == "['FunctionCache', 'FunctionCache', 'NullCache'] True", ran.stdout + ran.stderr
