@@ -172,10 +172,11 @@ def keys(args) -> None:
         write_atomically(Path(name), "\n".join(content) + "\n", 0o600)
     log(f"the door lets in {len(lines)} key(s): deploy" + "".join(f", {line.rsplit(' ', 1)[1]}" for line in lines[1:]))
     if args.socket and os.path.exists(args.socket):
-        if all([loaded(args.socket, name, content) for name, content in maps.items()]):
-            log("the running door holds these keys from now on")
+        unread = [name for name, content in maps.items() if not loaded(args.socket, name, content)]
+        if unread:
+            log(f"the running door does not read {' or '.join(unread)} yet: it does once reloaded")
         else:
-            log("the running door does not read these maps yet: it does once reloaded")
+            log("the running door holds these keys from now on")
 
 
 def main(argv: list[str], prog: str) -> None:
