@@ -171,12 +171,19 @@ def keys(args) -> None:
     for name, content in maps.items():
         write_atomically(Path(name), "\n".join(content) + "\n", 0o600)
     log(f"the door lets in {len(lines)} key(s): deploy" + "".join(f", {line.rsplit(' ', 1)[1]}" for line in lines[1:]))
-    if args.socket and os.path.exists(args.socket):
+    if not args.socket or not os.path.exists(args.socket):
+        return
+    try:
         unread = [name for name, content in maps.items() if not loaded(args.socket, name, content)]
-        if unread:
-            log(f"the running door does not read {' or '.join(unread)} yet: it does once reloaded")
-        else:
-            log("the running door holds these keys from now on")
+    except ConnectionError:  # a socket left by a door that died: the one that starts reads the files
+        log(f"no door answers at {args.socket}: the next one to start reads these keys")
+        return
+    except OSError as error:
+        sys.exit(f"door keys: the running door at {args.socket} did not take the keys: {error}")
+    if unread:
+        log(f"the running door does not read {' or '.join(unread)} yet: it does once reloaded")
+    else:
+        log("the running door holds these keys from now on")
 
 
 def main(argv: list[str], prog: str) -> None:

@@ -8,6 +8,7 @@ from __future__ import annotations
 import hashlib
 import http.client
 import json
+import socket
 import subprocess
 import sys
 import threading
@@ -350,6 +351,17 @@ def test_a_client_removed_is_refused_by_the_running_door_at_once_and_one_added_l
     answers.clear()
     get(url + "/v1/whoami", answers, key=PHONE_KEY)
     assert answers[0][0] == 200
+
+
+def test_a_socket_left_by_a_door_that_died_is_said_and_the_maps_are_written(tmp_path):
+    (tmp_path / "api-key").write_text(DEPLOY_KEY + "\n")
+    stale = tmp_path / "door.sock"
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as bound:
+        bound.bind(str(stale))  # bound, never listening, then closed: the file stays, as a killed HAProxy leaves it
+    written = write_keys(tmp_path, str(stale))
+    assert written.returncode == 0, written.stderr
+    assert f"no door answers at {stale}: the next one to start reads these keys" in written.stderr
+    assert (tmp_path / "clients.map").read_text() == f"{DEPLOY_KEY} deploy\n"
 
 
 def test_a_key_file_that_is_not_one_key_is_refused_without_showing_it(tmp_path):
