@@ -448,7 +448,7 @@ def test_a_held_request_is_counted_while_it_waits_and_its_wait_once_it_ends(door
     while counts(door.metrics)["dual_spark_door_held_requests"] != 1:
         assert time.monotonic() < deadline, "the held request was never counted"
         time.sleep(0.1)
-    time.sleep(1.5)
+    time.sleep(2)  # HAProxy's Lua reads the time its event loop last woke: on two busy cores, up to half a second behind
     now = counts(door.metrics)
     assert now["dual_spark_door_held_longest_seconds"] >= 1.5 and now["dual_spark_door_held_seconds_count"] == 0 and not held
     seen = json.loads(door_program("state", "--socket", socket, "--counts", door.metrics + DOOR["counts_path"]).stdout)["door"]
