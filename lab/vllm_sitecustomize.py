@@ -54,51 +54,45 @@ def hold_in_child() -> None:
         hold_collector(max(RELEASED_AT - time.monotonic(), 0))
 
 
-class KeepFork(importlib.abc.MetaPathFinder):
-    """Finds vllm.platforms.cpu as Python would; its platform then keeps the method asked for."""
+class OnImport(importlib.abc.MetaPathFinder):
+    """Finds the module ``name`` as Python would, and loads it through ``around(run, module)``,
+    ``run`` being its loader's own exec_module."""
+
+    def __init__(self, name: str, around):
+        self.name, self.around = name, around
 
     def find_spec(self, name, path, target=None):
-        if name != PLATFORM:
+        if name != self.name:
             return None
         spec = importlib.machinery.PathFinder.find_spec(name, path)
-        run = spec.loader.exec_module
-
-        def exec_module(module):
-            run(module)
-            check = module.CpuPlatform.check_and_update_config.__func__
-
-            def check_and_update_config(cls, vllm_config):
-                check(cls, vllm_config)
-                os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
-
-            module.CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
-
-        spec.loader.exec_module = exec_module
+        run, around = spec.loader.exec_module, self.around
+        spec.loader.exec_module = lambda module: around(run, module)
         return spec
 
 
-class CachedDrafter(importlib.abc.MetaPathFinder):
-    """Finds vLLM's ngram drafter as Python would; its numba kernels are then compiled with
-    numba's cache (in NUMBA_CACHE_DIR), numba's decorators as they were for every other module."""
+def keep_fork(run, module) -> None:
+    """vllm.platforms.cpu, whose platform then keeps the method asked for."""
+    run(module)
+    check = module.CpuPlatform.check_and_update_config.__func__
 
-    def find_spec(self, name, path, target=None):
-        if name != DRAFTER:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        run = spec.loader.exec_module
+    def check_and_update_config(cls, vllm_config):
+        check(cls, vllm_config)
+        os.environ["VLLM_WORKER_MULTIPROC_METHOD"] = "fork"
 
-        def exec_module(module):
-            import numba
+    module.CpuPlatform.check_and_update_config = classmethod(check_and_update_config)
 
-            decorators = numba.jit, numba.njit
-            numba.jit, numba.njit = (cached(decorator) for decorator in decorators)
-            try:
-                run(module)
-            finally:
-                numba.jit, numba.njit = decorators
 
-        spec.loader.exec_module = exec_module
-        return spec
+def cached_drafter(run, module) -> None:
+    """vLLM's ngram drafter, its numba kernels compiled with numba's cache (in NUMBA_CACHE_DIR);
+    numba's decorators as they were for every other module."""
+    import numba
+
+    decorators = numba.jit, numba.njit
+    numba.jit, numba.njit = (cached(decorator) for decorator in decorators)
+    try:
+        run(module)
+    finally:
+        numba.jit, numba.njit = decorators
 
 
 def cached(decorator):
@@ -137,39 +131,29 @@ def fault_in(path: str):
         return None
 
 
-class WrongAnswers(importlib.abc.MetaPathFinder):
-    """Finds vllm.v1.engine.output_processor as Python would; its OutputProcessor then makes
-    every answer wrong past a number of tokens, as ``fault()`` says at each step (None: none)."""
+def wrong_answers(fault):
+    """vllm.v1.engine.output_processor, whose OutputProcessor then makes every answer wrong past a
+    number of tokens, as ``fault()`` says at each step (None: none)."""
 
-    def __init__(self, fault):
-        self.fault = fault
+    def around(run, module) -> None:
+        run(module)
+        process = module.OutputProcessor.process_outputs
+        sent: dict[str, list[int]] = {}
 
-    def find_spec(self, name, path, target=None):
-        if name != OUTPUT_PROCESSOR:
-            return None
-        spec = importlib.machinery.PathFinder.find_spec(name, path)
-        run, fault = spec.loader.exec_module, self.fault
+        def process_outputs(self, engine_core_outputs, *args, **kwargs):
+            found = fault()
+            for output in engine_core_outputs:
+                so_far = sent.setdefault(output.request_id, [])
+                if found is not None:
+                    output.new_token_ids = wrong_after(*found, so_far, list(output.new_token_ids))
+                so_far += output.new_token_ids
+                if output.finish_reason is not None:
+                    sent.pop(output.request_id, None)
+            return process(self, engine_core_outputs, *args, **kwargs)
 
-        def exec_module(module):
-            run(module)
-            process = module.OutputProcessor.process_outputs
-            sent: dict[str, list[int]] = {}
+        module.OutputProcessor.process_outputs = process_outputs
 
-            def process_outputs(self, engine_core_outputs, *args, **kwargs):
-                found = fault()
-                for output in engine_core_outputs:
-                    so_far = sent.setdefault(output.request_id, [])
-                    if found is not None:
-                        output.new_token_ids = wrong_after(*found, so_far, list(output.new_token_ids))
-                    so_far += output.new_token_ids
-                    if output.finish_reason is not None:
-                        sent.pop(output.request_id, None)
-                return process(self, engine_core_outputs, *args, **kwargs)
-
-            module.OutputProcessor.process_outputs = process_outputs
-
-        spec.loader.exec_module = exec_module
-        return spec
+    return around
 
 
 def runs_vllm(argv: list[str]) -> bool:
@@ -185,11 +169,11 @@ if runs_vllm(sys.orig_argv):
     hold_collector(START_UP)
     os.register_at_fork(after_in_child=hold_in_child)
     if os.environ.get("VLLM_WORKER_MULTIPROC_METHOD") == "fork":
-        sys.meta_path.insert(0, KeepFork())
+        sys.meta_path.insert(0, OnImport(PLATFORM, keep_fork))
     if os.environ.get("NUMBA_CACHE_DIR"):
-        sys.meta_path.insert(0, CachedDrafter())
+        sys.meta_path.insert(0, OnImport(DRAFTER, cached_drafter))
     if os.environ.get(ANSWER_FAULT):
         constant = parsed_fault(os.environ[ANSWER_FAULT])
-        sys.meta_path.insert(0, WrongAnswers(lambda: constant))
+        sys.meta_path.insert(0, OnImport(OUTPUT_PROCESSOR, wrong_answers(lambda: constant)))
     elif os.environ.get(ANSWER_FAULT_FILE):
-        sys.meta_path.insert(0, WrongAnswers(lambda: fault_in(os.environ[ANSWER_FAULT_FILE])))
+        sys.meta_path.insert(0, OnImport(OUTPUT_PROCESSOR, wrong_answers(lambda: fault_in(os.environ[ANSWER_FAULT_FILE]))))

@@ -55,7 +55,7 @@ def test_the_servers_engine_is_forked_not_spawned(vllm_server):
 def test_the_ngram_drafters_kernels_are_cached_where_the_lab_names_a_cache_and_numba_is_left_as_it_was(tmp_path):
     """The finder the lab's vLLM inserts where NUMBA_CACHE_DIR is set: the drafter's two kernels
     compile with numba's cache; a kernel of any other module, and numba's decorators, as before."""
-    script = ("import sys, numba, sitecustomize; before = numba.jit, numba.njit; sys.meta_path.insert(0, sitecustomize.CachedDrafter())\n"
+    script = ("import sys, numba, sitecustomize; before = numba.jit, numba.njit; sys.meta_path.insert(0, sitecustomize.OnImport(sitecustomize.DRAFTER, sitecustomize.cached_drafter))\n"
               "from vllm.v1.spec_decode import ngram_proposer as drafter\n"
               "@numba.njit\ndef other(x): return x\n"
               "print([type(kernel._cache).__name__ for kernel in (drafter.batch_propose_numba, drafter._find_longest_matched_ngram_and_propose_tokens, other)],"
