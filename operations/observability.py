@@ -138,6 +138,10 @@ RAIL_ALERTS = ("DualSparkRailDown", "DualSparkRailSlow", "DualSparkRailErrors")
 API_ALERT = "DualSparkApiDown"
 HEARTBEAT = "DualSparkHeartbeat"
 RECEIVER, NOBODY = "site", "head-only"  # the site's webhooks; none: the alerts stay on the head
+# A group's first notification waits group_wait, an alert joining a group that went out waits its
+# group_interval: by severity too, a warning that becomes a page (DualSparkApiDown past the heal it
+# expected) opens a group of its own and pages after group_wait, not up to group_interval later.
+GROUP_BY = ["alertname", "node", "severity"]
 
 
 def alertmanager_timings(interval: int) -> dict[str, str]:
@@ -159,16 +163,16 @@ def inhibit_rules(topology: str) -> list[dict]:
 
 def alertmanager_config(cluster: Cluster) -> str:
     """alertmanager.yml, built as data: every alert to the site's webhooks (none named: to a
-    receiver that sends nothing, and the alerts stay on the head), grouped by alert and node; the
-    heartbeat repeated every twenty scrapes, so that a receiver notices its silence; a node gone
-    silencing the alerts it causes (``inhibit_rules``)."""
+    receiver that sends nothing, and the alerts stay on the head), grouped by alert, node and
+    severity (GROUP_BY); the heartbeat repeated every twenty scrapes, so that a receiver notices
+    its silence; a node gone silencing the alerts it causes (``inhibit_rules``)."""
     settings = cluster.settings
     timings = alertmanager_timings(settings.metrics_interval_seconds)
     receiver = RECEIVER if settings.alert_webhooks else NOBODY
     receivers = [{"name": receiver, **({"webhook_configs": [{"url": url, "send_resolved": True} for url in settings.alert_webhooks]}
                                        if settings.alert_webhooks else {})}]
     config = {
-        "route": {"receiver": receiver, "group_by": ["alertname", "node"], "group_wait": timings["group_wait"],
+        "route": {"receiver": receiver, "group_by": GROUP_BY, "group_wait": timings["group_wait"],
                   "group_interval": timings["group_interval"], "repeat_interval": timings["repeat_interval"],
                   "routes": [{"matchers": [f'alertname="{HEARTBEAT}"'], "receiver": receiver, "group_wait": "0s",
                               "group_interval": timings["heartbeat"], "repeat_interval": timings["heartbeat"]}]},

@@ -8,7 +8,13 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import time
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
+
+from tests.net import free_port
 
 CACHE = Path(os.environ.get("SPARKLAB_CACHE", "/var/cache/sparklab"))
 
@@ -39,6 +45,30 @@ def amtool(*args: str) -> str:
     done = subprocess.run([tool("amtool"), *args], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, f"amtool {' '.join(args)} failed:\n{done.stdout}\n{done.stderr}"
     return done.stdout
+
+
+@contextmanager
+def alertmanager(config: Path, data: Path) -> Iterator[str]:
+    """A real Alertmanager on loopback with ``config``, its state in ``data`` and no cluster
+    listener, as the deploy runs it; its URL once it says it is ready."""
+    port = free_port()
+    process = subprocess.Popen([tool("prometheus-alertmanager"), f"--config.file={config}", f"--storage.path={data}",
+                                f"--web.listen-address=127.0.0.1:{port}", "--cluster.listen-address="],
+                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    url = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 30
+    try:
+        while True:
+            try:
+                with urllib.request.urlopen(f"{url}/-/ready", timeout=2):
+                    break
+            except OSError:
+                assert process.poll() is None and time.monotonic() < deadline, f"Alertmanager did not start: {process.stderr.read()}"
+                time.sleep(0.2)
+        yield url
+    finally:
+        process.terminate()
+        process.wait(timeout=30)
 
 
 def samples(text: str) -> dict[str, float]:

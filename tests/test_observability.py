@@ -782,7 +782,7 @@ def test_every_alert_is_routed_to_the_site_and_the_heartbeat_repeats_often(tmp_p
     [heartbeat] = route["routes"]
     assert heartbeat["matchers"] == [f'alertname="{HEARTBEAT}"'] and HEARTBEAT in alert_names()
     assert heartbeat["repeat_interval"] == heartbeat["group_interval"] == alertmanager_timings(INTERVAL)["heartbeat"] == "5m"
-    assert route["repeat_interval"] == "4h" and route["group_by"] == ["alertname", "node"]
+    assert route["repeat_interval"] == "4h" and route["group_by"] == ["alertname", "node", "severity"]
     assert {hook["url"] for receiver in yaml.safe_load(config.read_text())["receivers"] for hook in receiver.get("webhook_configs", [])} \
         == set(webhooks)
 

@@ -4,7 +4,6 @@ extended with it, expired at its end, made anew where Alertmanager forgot it; no
 in force; an Alertmanager that does not answer passed over with a message."""
 
 import json
-import subprocess
 import time
 import urllib.request
 
@@ -13,7 +12,7 @@ from dual_spark import planned, silence
 
 import programs
 from tests.net import free_port
-from tests.observability import tool
+from tests.observability import alertmanager as running
 
 CONFIG = "route: {receiver: none}\nreceivers: [{name: none}]\n"
 
@@ -22,24 +21,8 @@ CONFIG = "route: {receiver: none}\nreceivers: [{name: none}]\n"
 def alertmanager(tmp_path):
     """A real Alertmanager on loopback with no cluster listener; its URL."""
     (tmp_path / "alertmanager.yml").write_text(CONFIG)
-    port = free_port()
-    process = subprocess.Popen([tool("prometheus-alertmanager"), f"--config.file={tmp_path / 'alertmanager.yml'}",
-                                f"--storage.path={tmp_path / 'data'}", f"--web.listen-address=127.0.0.1:{port}",
-                                "--cluster.listen-address="], stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    url = f"http://127.0.0.1:{port}"
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            with urllib.request.urlopen(f"{url}/-/ready", timeout=2):
-                break
-        except OSError:
-            if process.poll() is not None or time.monotonic() > deadline:
-                process.kill()
-                pytest.fail(f"Alertmanager did not start: {process.communicate()[1]}")
-            time.sleep(0.2)
-    yield url
-    process.terminate()
-    process.wait(timeout=30)
+    with running(tmp_path / "alertmanager.yml", tmp_path / "data") as url:
+        yield url
 
 
 def silences(url: str) -> list[dict]:
