@@ -180,10 +180,23 @@ def generates(url: str, key: str) -> bool:
         return False
 
 
+def generated(url: str, serving: threading.Event) -> None:
+    """Set ``serving`` once the engine has generated a token: the probe's, or any request's that
+    vLLM counts. The watches start there, not at the probe's own first token, which can come
+    seconds after a client's: a rank frozen in between would be found only at the start-up timeout.
+    Not before it: a first step may compile kernels for minutes with no step finished."""
+    while not serving.is_set():
+        seen = engine_state(url)
+        if seen is not None and seen["vllm:generation_tokens_total"] > 0:
+            serving.set()
+        serving.wait(1)
+
+
 def watch_progress(args, serving: threading.Event, asking: threading.Event) -> None:
-    """From the first token on: end the head's vLLM when a request has waited --stall seconds and
-    the engine finished no step meanwhile. A request waits while the probe asks (/metrics still
-    says what it said before a frozen step) or while vLLM counts one running or waiting."""
+    """From the engine's first token on: end the head's vLLM when a request has waited --stall
+    seconds and the engine finished no step meanwhile. A request waits while the probe asks
+    (/metrics still says what it said before a frozen step) or while vLLM counts one running or
+    waiting."""
     serving.wait()
     last, since = None, time.monotonic()
     while True:
@@ -199,7 +212,7 @@ def watch_progress(args, serving: threading.Event, asking: threading.Event) -> N
 
 
 def watch_workers(args, serving: threading.Event) -> None:
-    """From the first token on: end the head's vLLM when a worker restarted (its watchdog answers
+    """From the engine's first token on: end the head's vLLM when a worker restarted (its watchdog answers
     with another session) or is gone (no answer WORKER_SILENCE times in a row)."""
     serving.wait()
     sessions, silent = {}, dict.fromkeys(args.worker_ip, 0)
@@ -227,6 +240,7 @@ def head(args) -> None:
     threading.Thread(target=watch_workers, args=(args, serving), daemon=True).start()
     threading.Thread(target=watch_progress, args=(args, serving, asking), daemon=True).start()
     threading.Thread(target=loading, args=(args.pid, status), daemon=True).start()
+    threading.Thread(target=generated, args=(args.url, serving), daemon=True).start()
     started, failures, served, work = time.monotonic(), 0, False, None
     while True:
         time.sleep(args.interval if served else min(2, args.interval))  # the first token is noticed at once

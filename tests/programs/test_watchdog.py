@@ -213,6 +213,32 @@ def test_a_request_in_flight_is_watched_between_probes(vllm, tmp_path, mode):
         process.wait()
 
 
+@pytest.mark.parametrize("tokens", [100.0, 0.0], ids=["a client's token counted", "no token yet"])
+def test_a_rank_frozen_before_the_probes_first_token_is_found_once_the_engine_generated(vllm, tmp_path, tokens):
+    """The probe's first request hangs from the start. Where vLLM already counts tokens (a
+    client's request was served first), the watch is on: vLLM is ended after the stall (2 s), not
+    at the start-up timeout. Where it counts none, a first step may be compiling kernels: it is
+    left to the start-up timeout."""
+    api = FakeApi()
+    api.work, api.mode = tokens, "frozen"
+    port, key = free_port(), tmp_path / "key"
+    key.write_text("secret")
+    process = watchdog("head", "--ip", "127.0.0.1", "--port", str(port), "--url", api.url, "--key-file", str(key), "--pid", str(vllm.pid),
+                       "--interval", "0.2", "--stall", "2", "--state", str(tmp_path / "head-starts"))
+    try:
+        if tokens:
+            assert wait_for(lambda: vllm.poll() is not None, 10), "vLLM was left running with a frozen rank"
+            process.wait(timeout=10)
+            assert "a rank is frozen" in process.stderr.read()
+        else:
+            time.sleep(6)
+            assert vllm.poll() is None, "a first step with no token yet was taken for a frozen rank"
+    finally:
+        api.mode = "ok"
+        process.kill()
+        process.wait()
+
+
 def test_the_worker_leaves_a_head_session_that_is_gone(vllm, tmp_path):
     """It joins the session of the head it is connected to; a new head session ends it."""
     port = free_port()
