@@ -200,7 +200,7 @@ def api_rows(name: str, head: dict, workers: dict[str, dict | None], profile: Pr
 
 
 def door_row(name: str, cluster: Cluster, door: dict | None) -> Check:
-    """The front door: where clients reach it, and its view of vLLM (drained only during a planned stop)."""
+    """The front door: where clients reach it, and its view of vLLM (drained only during a change)."""
     where = f"{cluster.settings.api_host}:{cluster.settings.api_port}"
     if not door or not door["ok"]:
         return Check(name, "front door", FAIL, (door or {}).get("error", "not read"),
@@ -211,12 +211,13 @@ def door_row(name: str, cluster: Cluster, door: dict | None) -> Check:
     if "MAINT" in door["status"]:
         return Check(name, "front door", FAIL, f"vLLM is in maintenance at the door: requests wait ({counts})",
                      "`sudo systemctl reload haproxy` on the head: a reload starts with vLLM ready")
+    if "DRAIN" in door["status"]:
+        return Check(name, "front door", WARN, f"vLLM drained for a change: new requests wait until it serves and passes its canaries ({counts})",
+                     "a change is under way; if none runs: `sudo systemctl reload haproxy` on the head (the door also opens by itself "
+                     "once the change's time has lapsed)")
     if "DOWN" in door["health"]:
         return Check(name, "front door", WARN, f"vLLM is down at the door's health check: new requests wait ({counts})",
                      "see the vLLM container and API rows: the door serves them once vLLM does")
-    if "DRAIN" in door["status"]:
-        return Check(name, "front door", WARN, f"vLLM drained for a planned stop: new requests wait ({counts})",
-                     "a change is stopping vLLM; if none runs: `sudo systemctl reload haproxy` on the head")
     return Check(name, "front door", PASS, f"answers at {where}: {counts}")
 
 

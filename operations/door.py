@@ -1,6 +1,6 @@
 """The front door (docs/front-door.md): the OS's HAProxy on the head, answering clients at
 api_host:api_port, with vLLM behind it on loopback. It holds a request while vLLM is drained for
-a planned stop, tries one again while vLLM takes no connections (a restart, a heal), and exports
+a change (until the change has served and passed its canaries), tries one again while vLLM takes no connections (a restart, a heal), and exports
 its own metrics on loopback: HAProxy's, and its Lua's counts of held requests and of each client's
 requests and tokens. Its configuration is staged and checked by the real `haproxy -c`
 before it is installed; a new configuration is reloaded (connections kept), a new drop-in or
@@ -46,10 +46,16 @@ class DoorSettings:
     programs: str
 
 
+def change_lapse(settings) -> int:
+    """Seconds a change may keep vLLM drained at the door (site ``settings``): its drain, its
+    wait for a first token and its rollback's, and a minute. Its planned work lapses with it."""
+    return settings.door_drain_seconds + 2 * settings.serving_ready_timeout + 60
+
+
 def door_settings(cluster: Cluster) -> DoorSettings:
     settings = cluster.settings
     config = render("door/haproxy.cfg.j2", api_host=settings.api_host, api_port=settings.api_port, vllm_host=VLLM_HOST,
-                    vllm_port=settings.vllm_port, hold=settings.serving_ready_timeout, socket=DOOR["socket"],
+                    vllm_port=settings.vllm_port, hold=settings.serving_ready_timeout, lapse=change_lapse(settings), socket=DOOR["socket"],
                     metrics_port=settings.door_metrics_port, buffer=settings.door_request_kib * 1024, counts_path=DOOR["counts_path"],
                     clients=("deploy", *cluster.clients), clients_map=DOOR["clients_map"], backend_map=DOOR["backend_map"])
     where = paths(settings.state_dir, settings.model_dir)

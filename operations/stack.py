@@ -34,6 +34,7 @@ from layout import (
     smoke_marker,
     store_entry,
 )
+from operations.door import change_lapse
 from operations.own import cache_kept as kept
 from operations.render import render
 from programs import digest
@@ -317,9 +318,10 @@ def stop(stack_dir: str) -> StringCommand:
 def drained_stop(settings: StackSettings) -> StringCommand:
     """The head's stop for a planned change: planned work is marked first, and silenced in
     Alertmanager (both lapse after the drain, a change's wait for its first token and its
-    rollback's, and a minute, if no end comes); the front door holds new requests and lets those
-    in flight finish (up to door_drain_seconds) before vLLM stops, then takes them to the next one."""
-    lapses = settings.site.door_drain_seconds + 2 * settings.site.serving_ready_timeout + 60
+    rollback's, and a minute, if no end comes: ``change_lapse``); the front door holds new
+    requests and lets those in flight finish (up to door_drain_seconds) before vLLM stops, and
+    holds them until ``planned_done`` opens it (or the lapse)."""
+    lapses = change_lapse(settings.site)
     return StringCommand("python3", QuoteString(settings.programs), "planned", "begin", "--file", QuoteString(planned_file(settings)),
                          "--seconds", str(lapses), "--what", QuoteString("a deploy run stops and starts serving"), "&&",
                          *silence(settings, "begin"), "&&",
@@ -338,6 +340,8 @@ def planned_file(settings: StackSettings) -> str:
 
 
 def planned_done(settings: StackSettings) -> StringCommand:
-    """The end of the planned work drained_stop marked: the head serves again, or the run gave up."""
-    return StringCommand(*silence(settings, "end"), "&&", "python3", QuoteString(settings.programs), "planned", "end", "--file",
+    """The end of the planned work drained_stop marked: the head serves a state that passed its
+    canaries (or the one before), or the run gave up. The door lets the requests it held go on."""
+    return StringCommand("python3", QuoteString(settings.programs), "door", "open", "--socket", DOOR["socket"], "&&",
+                         *silence(settings, "end"), "&&", "python3", QuoteString(settings.programs), "planned", "end", "--file",
                          QuoteString(planned_file(settings)))

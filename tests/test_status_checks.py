@@ -241,8 +241,10 @@ def test_a_prometheus_that_does_not_answer_is_a_warning_with_its_fix():
 def test_the_front_door_says_what_it_holds_and_fails_when_clients_reach_nothing():
     assert rows(reading("head"), reading("worker"))["spark-head", "front door"].detail == \
         "answers at 127.0.0.1:8888: 1 in flight, 212 sent to vLLM, 3 tried again since it started"
-    draining = rows(reading("head", door={**DOOR, "status": "DRAIN"}), reading("worker"))["spark-head", "front door"]
-    assert draining.status == WARN and draining.detail.startswith("vLLM drained for a planned stop: new requests wait")
+    for health in ("UP", "DOWN"):  # a change: drained, and vLLM down while it restarts
+        draining = rows(reading("head", door={**DOOR, "status": "DRAIN", "health": health}), reading("worker"))["spark-head", "front door"]
+        assert draining.status == WARN and draining.detail.startswith("vLLM drained for a change: new requests wait until it serves and "
+                                                                      "passes its canaries"), health
     gone = rows(reading("head", door={"ok": False, "error": "no front door answers on this node"}), reading("worker"))["spark-head", "front door"]
     assert gone.status == FAIL and "clients reach nothing at 127.0.0.1:8888" in gone.fix
     assert rows(reading("head", door={**DOOR, "status": "MAINT"}), reading("worker"))["spark-head", "front door"].status == FAIL

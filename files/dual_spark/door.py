@@ -2,9 +2,15 @@
 
     door stop --socket S --drain SECONDS -- COMMAND...
         Drain vLLM at the door (new requests are held there, hold.lua), wait up to SECONDS for
-        the requests in flight to finish, run COMMAND (the stop), then make vLLM ready at the
-        door again: the requests held go on, tried each second until the new vLLM takes them.
-        Exits with COMMAND's status. Where there is no door yet (no socket): COMMAND alone.
+        the requests in flight to finish, and run COMMAND (the stop). vLLM stays drained: the
+        requests held wait for `door open`, which the change runs once its new state has served
+        and passed its canaries (or the state before is back), so that no client is answered by
+        a state the canaries refuse. Where COMMAND fails, vLLM is made ready again at once. Exits
+        with COMMAND's status. Where there is no door yet (no socket): COMMAND alone.
+    door open --socket S
+        Make vLLM ready at the door: the requests held go on, tried each second until vLLM
+        takes them. A door left drained by a run that never got here opens by itself once the
+        change's time has lapsed (hold.lua).
     door state --socket S [--counts URL]
         One JSON line: the door's view of vLLM (its state, its health as the door's check sees
         it, requests in flight, the requests it retried and those it answered with an error; with
@@ -78,6 +84,7 @@ def stop(args) -> None:
         log(f"no front door here ({args.socket}): stopping without a drain")
         sys.exit(subprocess.run(command).returncode)
     set_state(args.socket, "drain")
+    code = 1
     try:
         deadline, flight = time.monotonic() + args.drain, int(server_row(args.socket)["scur"] or 0)
         log(f"drained: new requests wait at the door; {flight} in flight")
@@ -90,9 +97,24 @@ def stop(args) -> None:
             log("no request in flight: stopping vLLM")
         code = subprocess.run(command).returncode
     finally:
-        set_state(args.socket, "ready")
-        log("ready: held requests go on as soon as vLLM takes them")
+        if code:
+            set_state(args.socket, "ready")
+            log("the stop failed: vLLM is ready at the door again")
+    if not code:
+        log("vLLM stopped: new requests wait at the door until the change has served and passed its canaries")
     sys.exit(code)
+
+
+def open_door(args) -> None:
+    if not os.path.exists(args.socket):
+        log(f"no front door here ({args.socket}): nothing held")
+        return
+    try:
+        set_state(args.socket, "ready")
+    except ConnectionError:  # a socket left by a door that died: the one that starts is ready
+        log(f"no door answers at {args.socket}: the next one to start is open")
+        return
+    log("open: held requests go on as soon as vLLM takes them")
 
 
 def state(args) -> None:
@@ -193,6 +215,8 @@ def main(argv: list[str], prog: str) -> None:
     s.add_argument("--socket", required=True)
     s.add_argument("--drain", type=float, required=True, help="seconds to wait for the requests in flight")
     s.add_argument("command", nargs=argparse.REMAINDER)
+    o = commands.add_parser("open")
+    o.add_argument("--socket", required=True)
     t = commands.add_parser("state")
     t.add_argument("--socket", required=True)
     t.add_argument("--counts", help="the URL of the door's counts (counts.lua), for the requests it holds")
@@ -203,4 +227,4 @@ def main(argv: list[str], prog: str) -> None:
     k.add_argument("--backend-map", required=True)
     k.add_argument("--socket", help="the running door's runtime API, whose maps are replaced too")
     args = parser.parse_args(argv)
-    {"stop": stop, "state": state, "keys": keys}[args.action](args)
+    {"stop": stop, "open": open_door, "state": state, "keys": keys}[args.action](args)

@@ -200,6 +200,38 @@ class LongStream(threading.Thread):
         self.ended = time.monotonic()
 
 
+class Reader(threading.Thread):
+    """A client reading one greedy answer of TOKENS tokens after another through the front door:
+    each answer it got (None: the request failed), to compare with the answer before a change."""
+
+    TOKENS = 32
+
+    def __init__(self, url: str, key: str):
+        super().__init__()
+        self.url, self.key, self.answers, self.done = url, key, [], threading.Event()
+
+    def ask(self) -> str | None:
+        try:
+            answer = requests.post(f"{self.url}/v1/completions", headers={"Authorization": f"Bearer {self.key}"}, timeout=Probe.WAIT,
+                                   json={"model": "tiny", "prompt": "spark fabric rail", "max_tokens": self.TOKENS, "temperature": 0,
+                                         "ignore_eos": True})
+        except requests.RequestException:
+            return None
+        return answer.json()["choices"][0]["text"] if answer.status_code == 200 else None
+
+    def run(self) -> None:
+        while not self.done.is_set():
+            self.answers.append(self.ask())
+
+    def __enter__(self) -> "Reader":
+        self.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.done.set()
+        self.join()
+
+
 HEAD_STOPS = {"tasks/rollback.py": "Return every node to the state that served before"}  # the step that stops the head's vLLM
 
 
@@ -429,15 +461,20 @@ def test_a_change_that_answers_wrongly_is_refused_by_the_canaries_and_rolled_bac
     the next ID over), its first token and every check of the API green: the short canaries (up to
     12 tokens) pass, the long one (48) differs from the answer recorded with the state that serves
     at token 24, asked twice, and the tool call (64 tokens) no longer parses; the change is not
-    kept, every node returns to that state, and no request fails at the door."""
+    kept, every node returns to that state, no request fails at the door, and a client reading a
+    greedy answer of 32 tokens all along gets the right one every time."""
     url, key = api
     served = state(HEAD)
     assert served.get("canaries", {}).get("passed") == ["code", "fabric", "long", "perplexity", "tool"], served
     site = tmp_path / "site.toml"
     site.write_text(SITE.read_text() + '\n[profile.wrong]\nbase = "adaptive"\nenv = { SPARKLAB_ANSWER_FAULT = "shift:24" }\n')
-    result, probe, stream = change_through_the_door(url, key, "-y", "--data", "profile=wrong", task="tasks/profile.py", site=site)
+    with Reader(url, key) as reader:
+        right = reader.ask()
+        result, probe, stream = change_through_the_door(url, key, "-y", "--data", "profile=wrong", task="tasks/profile.py", site=site)
     assert result.returncode != 0, result.stdout
     held_not_failed("a profile that answers wrongly, rolled back", result, probe, stream)
+    # The state the canaries refused served no client: the door held them until the state before was back.
+    assert right is not None and len(reader.answers) >= 3 and reader.answers == [right] * len(reader.answers), (right, reader.answers)
     for short in ("code", "fabric"):
         assert re.search(rf"canary {short}: \d+ tokens in [\d.]+ s, compared with the recorded answers: passed", result.stdout), result.stdout
     assert re.search(r"canary long: 48 tokens in [\d.]+ s, compared with the recorded answers: differs from the recorded answer at token "

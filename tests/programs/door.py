@@ -34,9 +34,10 @@ def write_keys(directory: Path, socket: str | None = None) -> subprocess.Complet
 
 
 @contextmanager
-def running_door(directory: Path, settings: dict, deploy_key: str, clients: dict[str, str]) -> Iterator[str]:
+def running_door(directory: Path, settings: dict, deploy_key: str, clients: dict[str, str], lapse: int | None = None) -> Iterator[str]:
     """The door of a pair with ``settings`` (ports, bounds) and ``clients`` (name -> key) in its
-    site, the deploy's own key ``deploy_key``, run from ``directory``; yields its socket's path."""
+    site, the deploy's own key ``deploy_key``, run from ``directory``; yields its socket's path.
+    With ``lapse``, a drain no one ends lapses after that many seconds, not the change's time."""
     socket = directory / "door.sock"
     (directory / "api-key").write_text(deploy_key + "\n")
     (directory / "clients").mkdir()
@@ -47,6 +48,9 @@ def running_door(directory: Path, settings: dict, deploy_key: str, clients: dict
     config = files[f"{DOOR['dir']}/haproxy.cfg"].replace(DOOR["socket"], str(socket))
     for name in ("clients_map", "backend_map"):
         config = config.replace(DOOR[name], str(directory / Path(DOOR[name]).name))
+    if lapse is not None:
+        [line] = [line for line in config.splitlines() if line.strip().startswith("setenv DUAL_SPARK_GATE_LAPSE ")]
+        config = config.replace(line, f"    setenv DUAL_SPARK_GATE_LAPSE {lapse}")
     kept = [line for line in config.splitlines() if line.strip().split(" ")[0] not in ("user", "group", "chroot")]
     assert len(config.splitlines()) - len(kept) == 3
     (directory / "haproxy.cfg").write_text("\n".join(kept) + "\n")

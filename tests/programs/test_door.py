@@ -15,6 +15,8 @@ import threading
 import time
 import urllib.error
 import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
 from pathlib import Path
 from typing import NamedTuple
 
@@ -154,15 +156,23 @@ class Door(NamedTuple):
     metrics: str  # its metrics frontend
 
 
+@contextmanager
+def door_on_free_ports(tmp_path: Path, bound: int, lapse: int | None = None) -> Iterator[Door]:
+    """The rendered door on free ports, its hold bound ``bound`` s, the deploy's key and client
+    laptop's let in (``lapse``: running_door's)."""
+    ports = {"api_port": free_port(), "vllm_port": free_port(), "door_metrics_port": free_port()}
+    with running_door(tmp_path, {**ports, "serving_ready_timeout": bound}, DEPLOY_KEY, {"laptop": LAPTOP_KEY}, lapse) as socket:
+        vllm = Vllm(ports["vllm_port"], tmp_path)
+        try:
+            yield Door(f"http://127.0.0.1:{ports['api_port']}", socket, vllm, f"http://127.0.0.1:{ports['door_metrics_port']}")
+        finally:
+            vllm.stop()
+
+
 @pytest.fixture
 def door(tmp_path):
-    """The rendered door on free ports, its hold bound 6 s, the deploy's key and client laptop's
-    let in."""
-    ports = {"api_port": free_port(), "vllm_port": free_port(), "door_metrics_port": free_port()}
-    with running_door(tmp_path, {**ports, "serving_ready_timeout": 6}, DEPLOY_KEY, {"laptop": LAPTOP_KEY}) as socket:
-        vllm = Vllm(ports["vllm_port"], tmp_path)
-        yield Door(f"http://127.0.0.1:{ports['api_port']}", socket, vllm, f"http://127.0.0.1:{ports['door_metrics_port']}")
-        vllm.stop()
+    with door_on_free_ports(tmp_path, 6) as found:
+        yield found
 
 
 def get(url: str, results: list, timeout: float = 60, key: str | None = LAPTOP_KEY, header: str = "Authorization") -> None:
@@ -211,9 +221,15 @@ def seen_up(socket: str) -> None:
         time.sleep(0.2)
 
 
-def test_a_planned_stop_lets_the_request_in_flight_finish_and_holds_the_next(door):
+def test_a_planned_stop_lets_the_request_in_flight_finish_and_holds_the_next(tmp_path):
     """The drain: the slow request in flight when it starts finishes whole; one sent during the
-    drain is held, not sent to the vLLM about to stop, and served by the next one."""
+    drain is held, not sent to the vLLM about to stop, nor to the next one before the change
+    opens the door (it has served and passed its canaries), and then served by it."""
+    with door_on_free_ports(tmp_path, 60) as door:
+        drained_then_opened(door)
+
+
+def drained_then_opened(door: Door) -> None:
     url, socket, vllm, _ = door
     vllm.start()
     seen_up(socket)
@@ -238,10 +254,38 @@ def test_a_planned_stop_lets_the_request_in_flight_finish_and_holds_the_next(doo
     assert slow[0][:2] == (200, "chunk0chunk1chunk2chunk3chunk4")  # finished before vLLM stopped
     assert before.wait(timeout=5) is not None and not held  # the held request was not sent to the stopped vLLM
     vllm.start()
+    seen_up(socket)
+    time.sleep(1)
+    assert not held and json.loads(door_program("state", "--socket", socket).stdout)["door"]["status"] == "DRAIN"
+    opened = door_program("open", "--socket", socket)
+    assert opened.returncode == 0 and "open: held requests go on" in opened.stderr
     held_thread.join()
     assert held[0][:2] == (200, "chunk0")
     state = json.loads(door_program("state", "--socket", socket).stdout)["door"]
     assert state["status"] == "no check" and state["in_flight"] == 0 and state["requests"] >= 2
+
+
+def test_a_stop_that_fails_leaves_the_door_open(door):
+    url, socket, vllm, _ = door
+    vllm.start()
+    seen_up(socket)
+    done = door_program("stop", "--socket", socket, "--drain", "5", "--", "sh", "-c", "exit 3")
+    assert done.returncode == 3 and "the stop failed: vLLM is ready at the door again" in done.stderr
+    results: list = []
+    get(url + "/v1/models", results, timeout=5)
+    assert results[0][:2] == (200, "chunk0")
+
+
+def test_a_door_left_drained_by_a_run_that_died_opens_once_the_change_has_lapsed(tmp_path):
+    """No `door open` comes (the run was killed after the stop): the held request is served once
+    DUAL_SPARK_GATE_LAPSE (here 3 s, in place of the change's time) has passed."""
+    with door_on_free_ports(tmp_path, 30, lapse=3) as (url, socket, vllm, _):
+        vllm.start()
+        assert door_program("stop", "--socket", socket, "--drain", "5", "--", "true").returncode == 0
+        results: list = []
+        get(url + "/v1/models", results, timeout=30)
+    status, body, waited, _ = results[0]
+    assert (status, body) == (200, "chunk0") and 2 <= waited < 10, results
 
 
 def test_a_vllm_whose_engine_died_is_seen_down_and_requests_wait_for_the_next(door, tmp_path):
@@ -302,6 +346,8 @@ def test_a_request_that_vllm_took_and_died_under_is_sent_whole_to_the_next(door,
 def test_without_a_door_the_stop_runs_alone_and_keeps_its_status(tmp_path):
     done = door_program("stop", "--socket", str(tmp_path / "none.sock"), "--drain", "5", "--", "sh", "-c", "exit 3")
     assert done.returncode == 3 and "no front door here" in done.stderr
+    opened = door_program("open", "--socket", str(tmp_path / "none.sock"))
+    assert opened.returncode == 0 and "no front door here" in opened.stderr
     assert json.loads(door_program("state", "--socket", str(tmp_path / "none.sock")).stdout) == {"door": None}
 
 
