@@ -457,6 +457,16 @@ FAULTS = {
                                                                "0+150x20 3000x60")), {
         "DualSparkSpeculationCollapsed": ([8], [(12, [MODEL])]),
     }),
+    # Four requests end every scrape, 5% at their token limit; from 5:00 every one runs to it. The
+    # share of the last ten minutes is judged against the six hours before, which exist from 10:15.
+    "answers running away from 5:00": (replaced(serving(), s("vllm:request_success_total", engine_labels(finished_reason="stop"), "0+3.8x20 76x59"),
+                                                s("vllm:request_success_total", engine_labels(finished_reason="length"), "0+0.2x20 4+4x59")), {
+        "DualSparkAnswersRunaway": ([5, 8, 10], [(at, [{**MODEL, "$value": value}]) for at, value in
+                                                 ((10.5, "57.25%"), (11, "62%"), (12, "71.5%"), (14, "90.5%"), (16, "100%"))]),
+    }),
+    # A client whose every answer runs to its limit by design (a benchmark with ignore_eos): its own baseline.
+    "answers that always end at their limit": (replaced(serving(), s("vllm:request_success_total", engine_labels(finished_reason="length"),
+                                                                     "0+4x80")), {"DualSparkAnswersRunaway": (TIMES, [])}),
     "a restart of five minutes, its requests held at the door": (HELD, {"DualSparkDoorRefusing": (TIMES, [])}),
     # From 5:00 a request a scrape waited its whole bound and is answered 503 by the door.
     "the door refusing requests": (replaced(serving(), s("haproxy_frontend_http_responses_total", {**API, "code": "5xx"}, "0x20 0+1x60")), {
