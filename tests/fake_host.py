@@ -59,9 +59,11 @@ class FakeHost:
         self.in_op = True
         self.current_op_global_arguments = None
         self.read: list[tuple[str, dict]] = []  # every fact read of this host: (fact key, arguments)
+        self.classes: dict[str, type] = {}  # the fact class of each key read
 
     def get_fact(self, cls, **kwargs):
         self.read.append((fact_key(cls), kwargs))
+        self.classes[fact_key(cls)] = cls
         if cls is NodeState:  # each reading from the fixture, as the fact alone would read it; None where it has none
             return {"readings": [self.facts.get(name, {}).get(args_key(arguments)) for name, arguments in kwargs["readings"]],
                     "unreadable": []}
