@@ -341,7 +341,8 @@ def planned_file(settings: StackSettings) -> str:
 
 def planned_done(settings: StackSettings) -> StringCommand:
     """The end of the planned work drained_stop marked: the head serves a state that passed its
-    canaries (or the one before), or the run gave up. The door lets the requests it held go on."""
-    return StringCommand("python3", QuoteString(settings.programs), "door", "open", "--socket", DOOR["socket"], "&&",
+    canaries (or the one before), or the run gave up. The door lets the requests it held go on
+    first; the planned work ends whether or not it could (it says why where it could not)."""
+    return StringCommand("python3", QuoteString(settings.programs), "door", "open", "--socket", DOOR["socket"], ";",
                          *silence(settings, "end"), "&&", "python3", QuoteString(settings.programs), "planned", "end", "--file",
                          QuoteString(planned_file(settings)))

@@ -114,6 +114,9 @@ def open_door(args) -> None:
     except ConnectionError:  # a socket left by a door that died: the one that starts is ready
         log(f"no door answers at {args.socket}: the next one to start is open")
         return
+    except OSError as error:
+        sys.exit(f"door open: the door at {args.socket} did not make vLLM ready: {error}. "
+                 "Fix: `sudo systemctl reload haproxy` on the head (a reload starts with vLLM ready)")
     log("open: held requests go on as soon as vLLM takes them")
 
 
