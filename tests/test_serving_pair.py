@@ -1,7 +1,8 @@
 """A two-node site written before the cluster model (tests/pair/site.toml) renders every node's
 netplan, compose.yaml and launch.sh byte for byte as pinned (tests/pair/expected/, GID 3 and a
 fixed model digest): as the pair-only code did, but for the programs, mounted and run as one
-archive, and the watchdog's digest. A four-node site renders its own."""
+archive. The watchdog's digest and the stack's hash are checked, then pinned by name. A four-node
+site renders its own."""
 
 import json
 from pathlib import Path
@@ -9,16 +10,32 @@ from pathlib import Path
 import pytest
 
 from operations.stack import desired, stack_settings, vllm_args
+from programs import digest
 from site_config import load_site
-from tests.write_fixtures import PAIR, PAIR_DIGEST, PAIR_GID, write_pair
+from tests.write_fixtures import PAIR, PAIR_DIGEST, PAIR_GID, readable, write_pair
 
 
 def test_the_pair_renders_its_files_as_pinned(tmp_path):
     """Every file of tests/pair/expected/ is what the pair's site renders now (tests/write_fixtures.py
-    writes them), and nothing more."""
+    writes them), and nothing more; the two digests no one can read are checked, then named."""
     assert len(write_pair(tmp_path)) == 14
     assert {path.name: path.read_text() for path in tmp_path.iterdir()} == {
         path.name: path.read_text() for path in (PAIR / "expected").iterdir()}
+
+
+@pytest.mark.parametrize("spoiled", ["watchdog", "stack"])
+def test_a_digest_that_is_not_of_what_it_names_is_refused(spoiled):
+    """The check before the naming can fail: a launch.sh that names another watchdog, a label that
+    is not the stack's hash."""
+    stack = desired(stack_settings(load_site(PAIR / "site.toml"), "spark-a"), PAIR_GID, PAIR_DIGEST)
+    compose, launch = stack.compose, stack.launch
+    assert readable(compose, launch)
+    if spoiled == "watchdog":
+        launch = launch.replace(digest("watchdog.py")[:16], "0" * 16)
+    else:
+        compose = compose.replace(stack.hash, "0" * 16)
+    with pytest.raises(AssertionError, match="watchdog" if spoiled == "watchdog" else "label"):
+        readable(compose, launch)
 
 
 def four_nodes(tmp_path, parallel: str) -> Path:

@@ -2,7 +2,9 @@
 means to change it: each operation case's outcome in tests/operations/ (its commands, or its
 no-op description, or its error; the printed lines where the case holds them) and what the
 pair's site renders in tests/pair/expected/ (netplan, and the stacks of every profile). What a case is about (its site, arguments and readings) is
-never written here. Review the diff as data before committing it.
+never written here. The pair's stacks name their two digests (the watchdog's, the stack's) for
+what each digests, once checked, so a change of a program does not rewrite them. Review the diff
+as data before committing it.
 
     .venv/bin/python -m tests.write_fixtures              # every case and the pair's files
     .venv/bin/python -m tests.write_fixtures CASE.json... # those cases only
@@ -11,9 +13,11 @@ never written here. Review the diff as data before committing it.
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import importlib
 import io
 import json
+import re
 import sys
 from pathlib import Path
 
@@ -21,6 +25,7 @@ from pyinfra.api import OperationError
 
 from operations.fabric import render_netplan
 from operations.stack import desired, stack_settings
+from programs import digest
 from site_config import load_site
 from tests.fake_host import load, run_operation
 
@@ -64,9 +69,28 @@ def write_case(case_path: Path) -> bool:
     return True
 
 
+# The two digests in a stack that no one can read: what the watchdog runs (launch.sh's comment),
+# and the stack's own hash (compose.yaml's label: its text with the label '', then launch.sh).
+WATCHDOG_DIGEST = re.compile(r"(\(watchdog\.py, sha256 )([0-9a-f]{16})(\.\.\.\))")
+STACK_LABEL = re.compile(r"^(\s+dual-spark\.stack: )([0-9a-f]{16})$", re.M)
+NAMED_WATCHDOG, NAMED_STACK = "<what the watchdog runs: programs.digest>", "<this file, this label '', then launch.sh: sha256>"
+
+
+def readable(compose: str, launch: str) -> tuple[str, str]:
+    """A stack's compose.yaml and launch.sh with each digest named for what it digests, once it is
+    checked to be that: the pinned files then read as data, and change with what they show."""
+    [(_, watchdog, _)] = WATCHDOG_DIGEST.findall(launch)
+    assert watchdog == digest("watchdog.py")[:16], f"launch.sh names the watchdog {watchdog}, not what it runs"
+    [(_, label)] = STACK_LABEL.findall(compose)
+    unlabelled = STACK_LABEL.sub(lambda match: f"{match.group(1)}''", compose)
+    assert label == hashlib.sha256((unlabelled + launch).encode()).hexdigest()[:16], f"the stack's label {label} is not its hash"
+    return (STACK_LABEL.sub(lambda match: match.group(1) + NAMED_STACK, compose),
+            WATCHDOG_DIGEST.sub(lambda match: match.group(1) + NAMED_WATCHDOG + match.group(3), launch))
+
+
 def pair_files() -> dict[str, str]:
     """What the pair's site renders, by the name tests/pair/expected/ gives it: each node's
-    netplan, and its compose.yaml and launch.sh per profile."""
+    netplan, and its compose.yaml and launch.sh per profile, their digests named (``readable``)."""
     files = {}
     for profile in PROFILES:
         cluster = load_site(PAIR / "site.toml", overrides={"profile": profile})
@@ -74,7 +98,7 @@ def pair_files() -> dict[str, str]:
             others = [other.hostname for other in cluster.others(node.hostname)]
             files[f"{node.role}.netplan.yaml"] = render_netplan(node.hostname, others, node.rail_data, cluster.settings.fabric_mtu)
             stack = desired(stack_settings(cluster, node.hostname), PAIR_GID, PAIR_DIGEST)
-            files[f"{node.role}.{profile}.compose.yaml"], files[f"{node.role}.{profile}.launch.sh"] = stack.compose, stack.launch
+            files[f"{node.role}.{profile}.compose.yaml"], files[f"{node.role}.{profile}.launch.sh"] = readable(stack.compose, stack.launch)
     return files
 
 
