@@ -37,7 +37,9 @@ CASES = {
     "managed.managed_files/helpers_new": {},
     "host_prep.user_in_group/not_member": {},
     "ssh_trust.authorized_senders/not_authorized": {},
+    "ssh_trust.authorized_senders/four_nodes_first_worker": {},
     "ssh_trust.known_receivers/fresh": {},
+    "ssh_trust.known_receivers/four_nodes_fresh_middle_worker": {},
     "host_prep.host_settings/fresh_ubuntu": {
         r"systemctl daemon-reexec": "systemd re-reads its own configuration: no systemd runs in a scratch root",
         r"^sysctl -w ": "the kernel's setting: the scratch root shares this machine's kernel",
@@ -64,7 +66,9 @@ def scratch_root(tmp_path: Path) -> Iterator[Path]:
 
 
 def in_root(root: Path, text: str) -> subprocess.CompletedProcess:
-    return subprocess.run(["chroot", str(root), "sh", "-c", text], capture_output=True, text=True, timeout=120,
+    """``text`` run by sh in ``root``, in a network namespace of its own: nothing of it reaches this
+    machine's network (a reading that pings a peer finds none at once)."""
+    return subprocess.run(["unshare", "--net", "chroot", str(root), "sh", "-c", text], capture_output=True, text=True, timeout=120,
                           env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "LC_ALL": "C"})
 
 
