@@ -73,7 +73,8 @@ def write_case(case_path: Path) -> bool:
 # and the stack's own hash (compose.yaml's label: its text with the label '', then launch.sh).
 WATCHDOG_DIGEST = re.compile(r"(\(watchdog\.py, sha256 )([0-9a-f]{16})(\.\.\.\))")
 STACK_LABEL = re.compile(r"^(\s+dual-spark\.stack: )([0-9a-f]{16})$", re.M)
-NAMED_WATCHDOG, NAMED_STACK = "<what the watchdog runs: programs.digest>", "<this file, this label '', then launch.sh: sha256>"
+# Their names, each a YAML scalar as the digest was (the pinned compose.yaml still parses).
+NAMED_WATCHDOG, NAMED_STACK = "<what the watchdog runs, programs.digest>", "<sha256 of this file with this label blank, then launch.sh>"
 
 
 def readable(compose: str, launch: str) -> tuple[str, str]:

@@ -2,7 +2,7 @@
 # Managed by the dual-spark deploy (tasks/serving.py): edits here are overwritten.
 # The head's vLLM, profile fast: shipped as a file and exec'd, so no argument is
 # quoted through nested shells (the --speculative-config JSON survives as written). Beside it runs
-# the watchdog (watchdog.py, sha256 <what the watchdog runs: programs.digest>...), which ends vLLM when this side can
+# the watchdog (watchdog.py, sha256 <what the watchdog runs, programs.digest>...), which ends vLLM when this side can
 # no longer serve: Docker then restarts the container, with a backoff when it keeps failing to come up.
 set -eu
 watchdog() { /opt/env/bin/python /dual-spark/dual-spark.pyz watchdog "$@"; }
