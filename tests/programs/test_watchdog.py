@@ -129,14 +129,26 @@ def watchdog(*args: str) -> subprocess.Popen:
     return subprocess.Popen([sys.executable, str(ARCHIVE), "watchdog", *args], stderr=subprocess.PIPE, text=True)
 
 
-def head_watching(api: FakeApi, vllm, tmp_path, interval: str = "0.2"):
-    """The head's watchdog, once it has seen a token: its process and status port."""
+def head_started(api: FakeApi, vllm, tmp_path, interval: str = "0.2"):
+    """The head's watchdog against ``api``, its stall 2 s: its process and status port."""
     port, key = free_port(), tmp_path / "key"
     key.write_text("secret")
     process = watchdog("head", "--ip", "127.0.0.1", "--port", str(port), "--url", api.url, "--key-file", str(key),
                        "--pid", str(vllm.pid), "--interval", interval, "--stall", "2", "--state", str(tmp_path / "head-starts"))
+    return process, port
+
+
+def head_watching(api: FakeApi, vllm, tmp_path, interval: str = "0.2"):
+    """The head's watchdog, once it has seen a token: its process and status port."""
+    process, port = head_started(api, vllm, tmp_path, interval)
     assert wait_for(lambda: (state_of(port) or {}).get("state") == "serving"), "the head watchdog never saw a token"
     return process, port
+
+
+def ended_for_a_frozen_rank(process, vllm) -> None:
+    assert wait_for(lambda: vllm.poll() is not None, 10), "vLLM was left running with a frozen rank"
+    process.wait(timeout=10)
+    assert "a rank is frozen" in process.stderr.read()
 
 
 @pytest.fixture
@@ -201,9 +213,7 @@ def test_a_request_in_flight_is_watched_between_probes(vllm, tmp_path, mode):
     try:
         api.running, api.mode = 1, mode
         if mode == "frozen":
-            assert wait_for(lambda: vllm.poll() is not None, 10), "vLLM was left running with a frozen rank"
-            process.wait(timeout=10)
-            assert "a rank is frozen" in process.stderr.read()
+            ended_for_a_frozen_rank(process, vllm)
         else:
             time.sleep(6)
             assert vllm.poll() is None, "a long prefill was taken for a frozen rank"
@@ -221,15 +231,10 @@ def test_a_rank_frozen_before_the_probes_first_token_is_found_once_the_engine_ge
     left to the start-up timeout."""
     api = FakeApi()
     api.work, api.mode = tokens, "frozen"
-    port, key = free_port(), tmp_path / "key"
-    key.write_text("secret")
-    process = watchdog("head", "--ip", "127.0.0.1", "--port", str(port), "--url", api.url, "--key-file", str(key), "--pid", str(vllm.pid),
-                       "--interval", "0.2", "--stall", "2", "--state", str(tmp_path / "head-starts"))
+    process, _ = head_started(api, vllm, tmp_path)
     try:
         if tokens:
-            assert wait_for(lambda: vllm.poll() is not None, 10), "vLLM was left running with a frozen rank"
-            process.wait(timeout=10)
-            assert "a rank is frozen" in process.stderr.read()
+            ended_for_a_frozen_rank(process, vllm)
         else:
             time.sleep(6)
             assert vllm.poll() is None, "a first step with no token yet was taken for a frozen rank"
